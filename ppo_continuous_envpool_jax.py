@@ -190,12 +190,22 @@ def rms_update(rms: RunningMeanStd, batch: jax.Array, mask: Optional[jax.Array] 
     return RunningMeanStd(mean, var, total.reshape(rms.count.shape))
 
 
-def normalize_obs(rms: RunningMeanStd, obs: jax.Array) -> jax.Array:
-    return jnp.clip((obs - rms.mean) / jnp.sqrt(rms.var + 1e-8), -10.0, 10.0)
+def normalize_obs(obs_rms: RunningMeanStd, obs: jax.Array):
+    """gymnasium's NormalizeObservation for a batch (N, obs_dim): merge it in, then standardise and clip."""
+    obs_rms = rms_update(obs_rms, obs)
+    return obs_rms, jnp.clip((obs - obs_rms.mean) / jnp.sqrt(obs_rms.var + 1e-8), -10.0, 10.0)
 
 
-def scale_reward(rms: RunningMeanStd, reward: jax.Array) -> jax.Array:
-    return jnp.clip(reward / jnp.sqrt(rms.var + 1e-8), -10.0, 10.0)
+def scale_reward(return_rms: RunningMeanStd, discounted_return, reward, is_reset, gamma: float):
+    """gym's NormalizeReward: divide rewards (N,) by the running std of the discounted return, clip to +-10.
+
+    The discounted return restarts with each episode. Reset steps (reward 0, not an experience) neither
+    extend it nor count towards its statistics.
+    """
+    discounted_return = jnp.where(is_reset, 0.0, discounted_return * gamma + reward)
+    return_rms = rms_update(return_rms, discounted_return, mask=~is_reset)
+    scaled = jnp.clip(reward / jnp.sqrt(return_rms.var + 1e-8), -10.0, 10.0)
+    return return_rms, discounted_return, scaled
 
 
 @flax.struct.dataclass
@@ -215,8 +225,7 @@ def init_env_state(handle, first_obs: np.ndarray, norm_obs: bool) -> EnvState:
     obs = jnp.asarray(first_obs, jnp.float32)
     obs_rms = rms_init((obs_dim,))
     if norm_obs:
-        obs_rms = rms_update(obs_rms, obs)
-        obs = normalize_obs(obs_rms, obs)
+        obs_rms, obs = normalize_obs(obs_rms, obs)
     zeros = jnp.zeros(num_envs, jnp.float32)
     return EnvState(
         handle=handle,
@@ -289,16 +298,15 @@ def rollout_step(params, env_state: EnvState, key, *, apply_fn, xla_step, action
 
     # On a reset step EnvPool ignored the action and returned reward 0: it counts towards no statistic.
     is_reset = env_state.is_reset
-    obs_rms = env_state.obs_rms
+    obs_rms, return_rms, discounted_return = env_state.obs_rms, env_state.return_rms, env_state.discounted_return
     if args.norm_obs:
-        obs_rms = rms_update(obs_rms, next_obs)
-        next_obs = normalize_obs(obs_rms, next_obs)
-    discounted_return = jnp.where(is_reset, 0.0, env_state.discounted_return * args.gamma + reward)
-    return_rms = env_state.return_rms
-    scaled_reward = reward
+        obs_rms, next_obs = normalize_obs(obs_rms, next_obs)
     if args.scale_reward:
-        return_rms = rms_update(return_rms, discounted_return, mask=~is_reset)
-        scaled_reward = scale_reward(return_rms, reward)
+        return_rms, discounted_return, scaled_reward = scale_reward(
+            return_rms, discounted_return, reward, is_reset, args.gamma
+        )
+    else:
+        scaled_reward = reward
     episode_return = jnp.where(is_reset, 0.0, env_state.episode_return + reward)
     episode_length = jnp.where(is_reset, 0, env_state.episode_length + 1)
     done = terminated | truncated
@@ -384,6 +392,20 @@ def collect(params, env_state: EnvState, key, *, apply_fn, args: Args, **step_kw
         "explained_variance": explained_variance(batch.value, batch.target, batch.valid),
     }
     return env_state, batch, stats
+
+
+def make_collect_fn(args: Args, envs, xla_step, apply_fn):
+    """`collect` compiled for these environments: (params, env_state, key) -> (env_state, batch, stats)."""
+    return jax.jit(
+        partial(
+            collect,
+            apply_fn=apply_fn,
+            args=args,
+            xla_step=xla_step,
+            action_low=jnp.asarray(envs.action_space.low, jnp.float32),
+            action_high=jnp.asarray(envs.action_space.high, jnp.float32),
+        )
+    )
 
 
 def weighted_mean(x, weight):
@@ -475,23 +497,13 @@ def train(args: Args, run_name: str, writer) -> TrainState:
 
     key = jax.random.PRNGKey(args.seed)
     key, init_key = jax.random.split(key)
-    action_space = envs.action_space
-    network = ActorCritic(action_dim=action_space.shape[0], hidden_sizes=tuple(args.hidden_sizes))
+    network = ActorCritic(action_dim=envs.action_space.shape[0], hidden_sizes=tuple(args.hidden_sizes))
     optimizer, learning_rate = make_optimizer(args)
     train_state = TrainState.create(
         apply_fn=network.apply, params=network.init(init_key, env_state.obs), tx=optimizer
     )
 
-    collect_fn = jax.jit(
-        partial(
-            collect,
-            apply_fn=network.apply,
-            args=args,
-            xla_step=xla_step,
-            action_low=jnp.asarray(action_space.low, jnp.float32),
-            action_high=jnp.asarray(action_space.high, jnp.float32),
-        )
-    )
+    collect_fn = make_collect_fn(args, envs, xla_step, network.apply)
     update_epoch_fn = jax.jit(partial(update_epoch, args=args))
 
     start_time = time.time()

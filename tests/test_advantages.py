@@ -1,0 +1,78 @@
+"""GAE against a plain NumPy loop that follows ENVPOOL-FACTS' specification line by line."""
+
+import jax.numpy as jnp
+import numpy as np
+
+import ppo_continuous_envpool_jax as ppo
+
+
+def random_rollout(rng, num_steps, num_envs):
+    """Rewards, values and episode ends with EnvPool's structure: every end is followed by a reset step."""
+    terminated = np.zeros((num_steps, num_envs), bool)
+    truncated = np.zeros((num_steps, num_envs), bool)
+    is_reset = np.zeros((num_steps, num_envs), bool)
+    is_reset[0] = rng.random(num_envs) < 0.3  # the previous rollout may have ended an episode
+    for t in range(num_steps):
+        if t > 0:
+            is_reset[t] = terminated[t - 1] | truncated[t - 1]
+        end = ~is_reset[t] & (rng.random(num_envs) < 0.2)
+        kind = rng.random(num_envs) < 0.5
+        terminated[t] = end & kind
+        truncated[t] = end & ~kind
+    reward = np.where(is_reset, 0.0, rng.normal(size=(num_steps, num_envs))).astype(np.float32)
+    value = rng.normal(size=(num_steps, num_envs)).astype(np.float32)
+    last_value = rng.normal(size=num_envs).astype(np.float32)
+    return reward, value, last_value, terminated, truncated, is_reset
+
+
+def numpy_gae(reward, value, last_value, terminated, truncated, gamma, lam):
+    num_steps, num_envs = reward.shape
+    advantages = np.zeros((num_steps, num_envs))
+    for env in range(num_envs):
+        next_advantage = 0.0
+        for t in reversed(range(num_steps)):
+            next_value = last_value[env] if t == num_steps - 1 else value[t + 1, env]
+            delta = reward[t, env] + gamma * (0.0 if terminated[t, env] else next_value) - value[t, env]
+            done = terminated[t, env] or truncated[t, env]
+            next_advantage = delta + (0.0 if done else gamma * lam * next_advantage)
+            advantages[t, env] = next_advantage
+    return advantages, advantages + value
+
+
+def test_gae_matches_numpy_loop_with_terminations_truncations_and_resets():
+    rng = np.random.default_rng(0)
+    reward, value, last_value, terminated, truncated, is_reset = random_rollout(rng, 64, 16)
+    assert terminated.any() and truncated.any() and is_reset.any()
+    transitions = ppo.Transition(
+        obs=None,
+        action=None,
+        log_prob=None,
+        value=jnp.asarray(value),
+        reward=jnp.asarray(reward),
+        terminated=jnp.asarray(terminated),
+        truncated=jnp.asarray(truncated),
+        is_reset=jnp.asarray(is_reset),
+    )
+    advantages, targets = ppo.compute_gae(transitions, jnp.asarray(last_value), 0.99, 0.95)
+    expected_advantages, expected_targets = numpy_gae(reward, value, last_value, terminated, truncated, 0.99, 0.95)
+    np.testing.assert_allclose(advantages, expected_advantages, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(targets, expected_targets, rtol=1e-5, atol=1e-5)
+
+
+def test_truncation_bootstraps_from_the_final_observation_and_termination_does_not():
+    # One env, three steps: step 0 is cut by the time limit, step 1 is EnvPool's reset, step 2 terminates.
+    # values[1] is V(final observation of the truncated episode).
+    value = jnp.array([[1.0], [10.0], [2.0]])
+    transitions = ppo.Transition(
+        obs=None,
+        action=None,
+        log_prob=None,
+        value=value,
+        reward=jnp.array([[1.0], [0.0], [1.0]]),
+        terminated=jnp.array([[False], [False], [True]]),
+        truncated=jnp.array([[True], [False], [False]]),
+        is_reset=jnp.array([[False], [True], [False]]),
+    )
+    advantages, _ = ppo.compute_gae(transitions, jnp.array([100.0]), 0.5, 1.0)
+    assert float(advantages[0, 0]) == 1.0 + 0.5 * 10.0 - 1.0  # truncated: bootstrap, trace cut
+    assert float(advantages[2, 0]) == 1.0 - 2.0  # terminated: no bootstrap from the last value

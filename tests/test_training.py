@@ -1,0 +1,114 @@
+"""End-to-end: the command line, its logs, learning on an easy task, determinism and bad input."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import envpool
+import numpy as np
+import pytest
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+import ppo_continuous_envpool_jax as ppo
+
+SCRIPT = Path(__file__).resolve().parents[1] / "ppo_continuous_envpool_jax.py"
+METRICS = [
+    "charts/episodic_return",
+    "charts/episodic_length",
+    "charts/SPS",
+    "charts/learning_rate",
+    "losses/value_loss",
+    "losses/policy_loss",
+    "losses/entropy",
+    "losses/approx_kl",
+    "losses/old_approx_kl",
+    "losses/clipfrac",
+    "losses/explained_variance",
+]
+SMALL = ["--num-envs", "8", "--num-steps", "64", "--num-minibatches", "4", "--update-epochs", "2"]
+
+
+def run_script(*cli_args, cwd):
+    return subprocess.run(
+        [sys.executable, str(SCRIPT), *cli_args], cwd=cwd, capture_output=True, text=True, timeout=300
+    )
+
+
+def test_cli_run_logs_every_metric_and_saves_the_model(tmp_path):
+    result = run_script("--env-id", "Hopper-v4", "--total-timesteps", "4096", "--save-model", *SMALL, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    assert run_dir.name.startswith("Hopper-v4__ppo_continuous_envpool_jax__1__")
+    events = EventAccumulator(str(run_dir))
+    events.Reload()
+    assert set(METRICS) <= set(events.Tags()["scalars"])
+    assert [event.step for event in events.Scalars("charts/SPS")] == [512 * i for i in range(1, 9)]
+    assert "hyperparameters/text_summary" in events.Tags()["tensors"]
+    assert (run_dir / "ppo_continuous_envpool_jax.model").stat().st_size > 0
+
+
+class RecordingWriter:
+    """Stands in for TensorBoard's writer: keeps every scalar in memory."""
+
+    def __init__(self):
+        self.scalars = {}
+
+    def add_scalar(self, tag, value, step):
+        self.scalars.setdefault(tag, []).append((step, float(value)))
+
+
+def random_policy_return(env_id, num_envs=16, steps=500):
+    envs = envpool.make(env_id, env_type="gymnasium", num_envs=num_envs, seed=0)
+    envs.reset()
+    rng = np.random.default_rng(0)
+    returns, running = [], np.zeros(num_envs)
+    for _ in range(steps):
+        _, reward, terminated, truncated, info = envs.step(rng.uniform(-1, 1, (num_envs, 1)))
+        running += reward
+        done = terminated | truncated
+        returns.extend(running[done])
+        running[done] = 0.0
+    return float(np.mean(returns))
+
+
+def test_inverted_pendulum_return_rises_far_above_the_random_policy():
+    args = ppo.parse_args(
+        ["--env-id", "InvertedPendulum-v4", "--total-timesteps", "40960", "--num-envs", "16", "--num-steps", "64"]
+    )
+    writer = RecordingWriter()
+    ppo.train(args, "unused", writer)
+    final_return = writer.scalars["charts/episodic_return"][-1][1]
+    random_return = random_policy_return("InvertedPendulum-v4")
+    assert random_return < 20
+    assert final_return > 20 * random_return
+
+
+def test_same_seed_gives_identical_metrics():
+    cli_args = ["--env-id", "Hopper-v4", "--total-timesteps", "2048", "--seed", "7", *SMALL]
+    first, second = RecordingWriter(), RecordingWriter()
+    ppo.train(ppo.parse_args(cli_args), "unused", first)
+    ppo.train(ppo.parse_args(cli_args), "unused", second)
+    del first.scalars["charts/SPS"], second.scalars["charts/SPS"]
+    assert first.scalars == second.scalars
+    assert len(first.scalars["losses/value_loss"]) == 4
+
+
+@pytest.mark.parametrize(
+    "cli_args, message",
+    [
+        (["--env-id", "HalfCheeta-v4"], "unknown --env-id 'HalfCheeta-v4'; did you mean HalfCheetah-v4"),
+        (["--env-id", "CartPole-v1"], "--env-id CartPole-v1 has discrete actions"),
+        (["--env-id", "Pendulum-v1"], "--env-id Pendulum-v1 is not an EnvPool MuJoCo task"),
+        (["--num-minibatches", "3"], "--num-minibatches 3 does not divide the batch"),
+        (["--num-envs", "0"], "--num-envs must be positive, got 0"),
+        (["--num-steps", "-1"], "--num-steps must be positive, got -1"),
+        (["--total-timesteps", "0"], "--total-timesteps must be positive, got 0"),
+        (["--total-timesteps", "100"], "--total-timesteps 100 is less than one batch (2048 steps)"),
+    ],
+)
+def test_bad_input_is_one_line_on_stderr_and_a_nonzero_exit(tmp_path, cli_args, message):
+    result = run_script(*cli_args, cwd=tmp_path)
+    assert result.returncode != 0
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith("error: ") and message in line
+    assert not (tmp_path / "runs").exists()
