@@ -493,14 +493,15 @@ def make_optimizer(args: Args):
 def train(args: Args, run_name: str, writer) -> TrainState:
     envs, handle, xla_step = make_envs(args)
     first_obs, _ = envs.reset()
-    env_state = init_env_state(handle, first_obs, args.norm_obs)
+    # Set-up runs once, but compiled it takes a fraction of the time that op-by-op dispatch would.
+    env_state = jax.jit(init_env_state, static_argnums=2)(handle, first_obs, args.norm_obs)
 
     key = jax.random.PRNGKey(args.seed)
     key, init_key = jax.random.split(key)
     network = ActorCritic(action_dim=envs.action_space.shape[0], hidden_sizes=tuple(args.hidden_sizes))
     optimizer, learning_rate = make_optimizer(args)
     train_state = TrainState.create(
-        apply_fn=network.apply, params=network.init(init_key, env_state.obs), tx=optimizer
+        apply_fn=network.apply, params=jax.jit(network.init)(init_key, env_state.obs), tx=optimizer
     )
 
     collect_fn = make_collect_fn(args, envs, xla_step, network.apply)

@@ -1,0 +1,87 @@
+"""Training speed against the ceiling: raw EnvPool steps/s with random actions, measured in the same process.
+
+    uv run python speed_benchmark.py                      # HalfCheetah-v4 with the script's defaults
+    uv run python speed_benchmark.py --env-id Ant-v4 -- --num-envs 128
+
+Prints the median raw EnvPool steps/s (NumPy API, same task, num_envs and threads, measured before and
+after training so that both see the same machine load), the median training steps/s over iterations
+after the first, their ratio, and the time from start to the end of the first iteration (imports,
+environment creation and compilation; the raw measurement in between is not counted). Flags after `--` go to the training script.
+"""
+
+import argparse
+import contextlib
+import io
+import statistics
+import time
+
+PROCESS_START = time.perf_counter()
+
+import envpool  # noqa: E402
+import numpy as np  # noqa: E402
+
+import ppo_continuous_envpool_jax as ppo  # noqa: E402
+
+IMPORT_SECONDS = time.perf_counter() - PROCESS_START
+
+
+def raw_envpool_steps_per_second(args: ppo.Args, num_chunks: int, steps_per_chunk: int) -> list[float]:
+    envs = envpool.make(
+        args.env_id, env_type="gymnasium", num_envs=args.num_envs, num_threads=args.num_threads, seed=args.seed
+    )
+    envs.reset()
+    space = envs.action_space
+    rng = np.random.default_rng(args.seed)
+    actions = rng.uniform(space.low, space.high, (steps_per_chunk, args.num_envs) + space.shape)
+    rates = []
+    for _ in range(num_chunks):
+        start = time.perf_counter()
+        for action in actions:
+            envs.step(action)
+        rates.append(steps_per_chunk * args.num_envs / (time.perf_counter() - start))
+    return rates
+
+
+class IterationClock:
+    """A TensorBoard writer stand-in that notes when each iteration finished logging."""
+
+    def __init__(self):
+        self.times = []
+
+    def add_scalar(self, tag, value, step):
+        if tag == "charts/SPS":
+            self.times.append(time.perf_counter())
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--env-id", default="HalfCheetah-v4")
+    parser.add_argument("--iterations", type=int, default=60, help="training iterations to time")
+    parser.add_argument("train_args", nargs="*", help="flags for the training script, after --")
+    options = parser.parse_args()
+    args = ppo.parse_args(["--env-id", options.env_id, *options.train_args])
+    args.num_iterations = options.iterations
+    args.total_timesteps = options.iterations * args.batch_size
+
+    raw = raw_envpool_steps_per_second(args, num_chunks=5, steps_per_chunk=200)
+    clock = IterationClock()
+    train_start = time.perf_counter()
+    with contextlib.redirect_stdout(io.StringIO()):
+        ppo.train(args, "speed-benchmark", clock)
+    raw += raw_envpool_steps_per_second(args, num_chunks=5, steps_per_chunk=200)
+
+    iteration_seconds = np.diff(clock.times)
+    training = statistics.median(args.batch_size / iteration_seconds)
+    raw_median = statistics.median(raw)
+    print(f"task {args.env_id}, num_envs {args.num_envs}, batch {args.batch_size}, {options.iterations} iterations")
+    print(f"raw EnvPool steps/s (median of {len(raw)} chunks):       {raw_median:10.0f}")
+    print(f"training steps/s (median of {len(iteration_seconds)} iterations):    {training:10.0f}")
+    print(f"ratio training / raw:                            {training / raw_median:10.2f}")
+    first_iteration = clock.times[0] - train_start
+    print(f"start to end of first iteration:                 {IMPORT_SECONDS + first_iteration:10.2f} s")
+    print(f"  of which imports (jax, envpool, flax, ...):    {IMPORT_SECONDS:10.2f} s")
+    print(f"  of which train() to end of first iteration:    {first_iteration:10.2f} s")
+
+
+if __name__ == "__main__":
+    main()
