@@ -15,7 +15,8 @@ Usage: ./$PROG [options] [-- training-script flags...]
 Runs ppo_continuous_envpool_jax.py once per (env id, seed). Each run logs TensorBoard events to
 runs/{env_id}__{exp_name}__{seed}__{time}/ as usual; its stdout/stderr goes to
 runs/logs/<sweep>/<env_id>__<seed>.log. At the end a summary (env, seed, status, duration, last
-return) is printed; the exit status is non-zero if any run failed or was interrupted.
+return) is printed; the exit status is non-zero if any run failed or was interrupted (1; 130 after
+Ctrl-C, which stops the running runs; 2 for a bad option).
 
 Sweep:
   --env-ids "A B ..."   env ids, separated by spaces or commas
@@ -34,7 +35,8 @@ Resources (local runs):
 Slurm:
   --slurm               submit the sweep as a Slurm job array (one task per env id x seed, each with
                         --cpus-per-task C, C = --cores-per-run, default 1) instead of running locally
-  --wait                with --slurm: wait for the job to finish, then print the summary
+  --wait                with --slurm: wait for the job to finish (polling squeue), then print the
+                        summary; Ctrl-C stops the waiting only, the job keeps running
   --workers N           with --slurm: at most N array tasks run at once (sbatch --array=...%N)
   --job-name NAME       Slurm job name (default: ppo-sweep)
   --sbatch-args "ARGS"  extra sbatch options, e.g. "--partition=cpu --time=02:00:00 --mem=8G"
@@ -42,6 +44,7 @@ Slurm:
 Other:
   --python "CMD"        how to start Python (split on spaces). Default: "uv run --frozen --project
                         <repo> python" when uv is installed, else <repo>/.venv/bin/python, else python3
+                        (with --slurm it must also work on the compute nodes)
   --workdir DIR         run from DIR, so runs land in DIR/runs/ (default: the current directory)
   --dry-run             print what would be run (or the sbatch script) and exit
   --summary DIR         print the summary of an earlier sweep from its log directory
@@ -49,7 +52,7 @@ Other:
   -h, --help            show this help
 
 Examples:
-  # 2 envs x 3 seeds, two runs at a time on one core each, 100k steps per run
+  # 2 envs x 3 seeds, two runs at a time (each pinned to half the cores), 100k steps per run
   ./$PROG --env-ids "HalfCheetah-v4 Hopper-v4" --seeds 3 --workers 2 -- --total-timesteps 100000
 
   # the same sweep as a Slurm job array, 4 CPUs per task; wait for it and summarise
@@ -346,7 +349,7 @@ echo "task \$i: \$env_id seed \$seed on \$(hostname) with \$threads CPU(s); log:
 trap 'echo "interrupted 143 \$start \$(date +%s)" >"\$status"; exit 143' TERM
 cmd=($(quote_words "${python[@]}" "$SCRIPT")--env-id "\$env_id" --seed "\$seed" --num-threads "\$threads" $(quote_words "${extra[@]+"${extra[@]}"}"))
 printf '+ %s\n' "\${cmd[*]}" >"\$log"
-OMP_NUM_THREADS=\$threads "\${cmd[@]}" >>"\$log" 2>&1 </dev/null
+PYTHONUNBUFFERED=1 OMP_NUM_THREADS=\$threads "\${cmd[@]}" >>"\$log" 2>&1 </dev/null
 rc=\$?
 if ((rc == 0)); then state=ok; else state=failed; fi
 echo "\$state \$rc \$start \$(date +%s)" >"\$status"
@@ -417,7 +420,7 @@ done
 
 run_command() {  # run_command INDEX SLOT -> the command array in $cmd
     local i=$1 k=$2
-    cmd=(env "OMP_NUM_THREADS=$cores_per_run")
+    cmd=(env PYTHONUNBUFFERED=1 "OMP_NUM_THREADS=$cores_per_run")
     if ((pin)); then cmd+=(taskset -c "${slot_cpus[k]}"); fi
     cmd+=("${python[@]}" "$SCRIPT" --env-id "${run_envs[i]}" --seed "${run_seeds[i]}" --num-threads "$cores_per_run")
     cmd+=("${extra[@]+"${extra[@]}"}")
