@@ -1,0 +1,480 @@
+"""Tests of the sweep tooling: benchmark.sh (local and --slurm) and report.py.
+
+The sweep test trains for real (4 tiny runs, two at a time: about half a minute on 2 cores); the
+orchestration tests (failures, pinning, Ctrl-C, Slurm array) use a stub in place of Python, so they
+take no training time. report.py's numbers are checked against event files parsed here by hand
+(TFRecord framing + tensorboardX's protobuf), a second code path next to its EventAccumulator.
+The test against a real single-node Slurm is opt-in: RUN_SLURM_TESTS=1.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import select
+import shutil
+import signal
+import struct
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+BENCHMARK = REPO / "benchmark.sh"
+REPORT = REPO / "report.py"
+USABLE_CPUS = sorted(os.sched_getaffinity(0))
+pytestmark = pytest.mark.skipif(len(USABLE_CPUS) < 2, reason="the sweeps run two at a time: needs 2 usable cores")
+
+
+def benchmark(*args, cwd=None, timeout=300, env=None) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [str(BENCHMARK), *map(str, args)],
+        cwd=cwd,
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+    )
+
+
+def summary_rows(stdout: str) -> dict[tuple[str, int], dict]:
+    """The rows of benchmark.sh's summary table: (env, seed) -> status, return."""
+    lines = stdout.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("env ") and "status" in line)
+    rows = {}
+    for line in lines[start + 1 :]:
+        if re.match(r"^\d+/\d+ runs succeeded", line):
+            break
+        env_id, seed, status, _duration, ret, log = line.split(maxsplit=5)
+        rows[(env_id, int(seed))] = {"status": status, "return": ret, "log": log}
+    return rows
+
+
+# ---------------------------------------------------------------------------------------------------
+# An independent reader of the event files
+# ---------------------------------------------------------------------------------------------------
+
+
+def read_events(run_dir: Path):
+    """All events of a run, parsed from the TFRecord framing with tensorboardX's own protobuf."""
+    from tensorboardX.proto import event_pb2
+
+    events = []
+    for path in sorted(run_dir.glob("events.out.tfevents.*")):
+        data = path.read_bytes()
+        pos = 0
+        while pos < len(data):
+            (length,) = struct.unpack("<Q", data[pos : pos + 8])
+            pos += 12  # length, masked CRC of the length
+            events.append(event_pb2.Event.FromString(data[pos : pos + length]))
+            pos += length + 4  # data, masked CRC of the data
+    return events
+
+
+def scalars(events, tag: str) -> list[tuple[int, float, float]]:
+    """(step, value, wall_time) of one scalar tag."""
+    return [(e.step, v.simple_value, e.wall_time) for e in events for v in e.summary.value if v.tag == tag]
+
+
+def hyperparameters(events) -> dict[str, str]:
+    for event in events:
+        for value in event.summary.value:
+            if value.tag.startswith("hyperparameters"):
+                table = value.tensor.string_val[0].decode()
+                return dict(row.strip("|").split("|", 1) for row in table.splitlines()[2:])
+    raise AssertionError("no hyperparameters text in the event file")
+
+
+def reference_run(run_dir: Path, window_steps=100_000, short_fraction=0.1) -> dict:
+    events = read_events(run_dir)
+    all_scalars = [
+        (e.step, e.wall_time) for e in events if e.summary.value and e.summary.value[0].HasField("simple_value")
+    ]
+    total_steps = max(step for step, _ in all_scalars)
+    window = window_steps if total_steps >= window_steps else short_fraction * total_steps
+    returns = [value for step, value, _ in scalars(events, "charts/episodic_return") if step > total_steps - window]
+    wall_times = [e.wall_time for e in events]
+    return {
+        "total_steps": total_steps,
+        "final_return": float(np.mean(returns)),
+        "wall_clock": max(wall_times) - min(wall_times),
+        "last_return": scalars(events, "charts/episodic_return")[-1][1],
+        "hyperparameters": hyperparameters(events),
+    }
+
+
+def parse_markdown_table(text: str, first_columns: list[str]) -> list[dict[str, str]]:
+    """The rows of the Markdown table whose header starts with `first_columns`."""
+
+    def cells(line):
+        return [cell.strip() for cell in line.strip().strip("|").split("|")]
+
+    lines = text.splitlines()
+    start = next(
+        i for i, line in enumerate(lines) if line.startswith("|") and cells(line)[: len(first_columns)] == first_columns
+    )
+    header = cells(lines[start])
+    rows = []
+    for line in lines[start + 2 :]:
+        if not line.startswith("|"):
+            break
+        rows.append(dict(zip(header, cells(line))))
+    return rows
+
+
+def parse_mean_std(cell: str) -> tuple[float, float]:
+    match = re.fullmatch(r"(-?[\d.]+) ± ([\d.]+)(?: †)?", cell)
+    assert match, f"not 'mean ± std': {cell!r}"
+    return float(match[1]), float(match[2])
+
+
+# ---------------------------------------------------------------------------------------------------
+# The real sweep and the report
+# ---------------------------------------------------------------------------------------------------
+
+ENVS = ["InvertedPendulum-v4", "Hopper-v4"]
+
+
+@pytest.fixture(scope="module")
+def sweep(tmp_path_factory):
+    """2 env ids x 2 seeds, 2 runs at a time, trained for real (a few thousand steps each)."""
+    workdir = tmp_path_factory.mktemp("sweep")
+    result = benchmark(
+        "--workdir", workdir, "--env-ids", " ".join(ENVS), "--seeds", 2, "--workers", 2,
+        "--", "--total-timesteps", 4096, "--num-envs", 8, "--num-steps", 64,
+    )  # fmt: skip
+    return workdir, result
+
+
+def test_sweep_runs_every_env_and_seed(sweep):
+    workdir, result = sweep
+    assert result.returncode == 0, result.stdout + result.stderr
+    rows = summary_rows(result.stdout)
+    assert set(rows) == {(env_id, seed) for env_id in ENVS for seed in (1, 2)}
+    cores_per_run = len(USABLE_CPUS) // 2
+    for (env_id, seed), row in rows.items():
+        assert row["status"] == "ok"
+        (run_dir,) = (workdir / "runs").glob(f"{env_id}__ppo_continuous_envpool_jax__{seed}__*")
+        ref = reference_run(run_dir)
+        # the flags reached the script: the sweep's env id, seed, thread share and pass-through flags
+        hp = ref["hyperparameters"]
+        assert (hp["env_id"], hp["seed"], hp["num_threads"]) == (env_id, str(seed), str(cores_per_run))
+        assert (hp["total_timesteps"], hp["num_envs"], hp["num_steps"]) == ("4096", "8", "64")
+        assert ref["total_steps"] == 4096
+        # the summary's return is the last one the run logged
+        assert row["return"] == f"{ref['last_return']:.1f}"
+        # the log holds the run's output; its first line is the command, pinned to cores of its own
+        log = Path(row["log"]).read_text()
+        assert "iteration=8/8 global_step=4096" in log
+        pinned = re.search(r"taskset -c (\S+) ", log.splitlines()[0])[1]
+        assert len(pinned.split(",")) == cores_per_run and {int(c) for c in pinned.split(",")} <= set(USABLE_CPUS)
+
+
+def test_report_matches_event_files(sweep, tmp_path):
+    workdir, result = sweep
+    assert result.returncode == 0
+    out_dir = tmp_path / "docs"
+    report = subprocess.run(
+        [sys.executable, str(REPORT), str(workdir / "runs"), "--out-dir", str(out_dir)],
+        check=False, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert report.returncode == 0, report.stderr
+    markdown = (out_dir / "benchmark.md").read_text()
+    assert markdown == report.stdout
+    assert "use the last 10% of the run" in markdown  # 4096 steps < the 100k window: the caption says so
+
+    rows = {row["Environment"]: row for row in parse_markdown_table(markdown, ["Environment", "Experiment", "Seeds"])}
+    assert set(rows) == set(ENVS)
+    for env_id in ENVS:
+        refs = [reference_run(d) for d in sorted((workdir / "runs").glob(f"{env_id}__*"))]
+        finals = [ref["final_return"] for ref in refs]
+        walls = [ref["wall_clock"] for ref in refs]
+        row = rows[env_id]
+        assert row["Seeds"] == "2" and row["Steps"] == "4096"
+        mean, std = parse_mean_std(row["Final return"])
+        assert mean == pytest.approx(np.mean(finals), abs=0.006)
+        assert std == pytest.approx(np.std(finals), abs=0.006)
+        mean, std = parse_mean_std(row["Wall-clock [s]"])
+        assert mean == pytest.approx(np.mean(walls), abs=0.06)
+        assert std == pytest.approx(np.std(walls), abs=0.06)
+
+        for axis in ("steps", "time"):
+            png = out_dir / f"{env_id}_return_vs_{axis}.png"
+            from matplotlib.image import imread
+
+            assert imread(png).shape[:2] == (300, 500)  # height, width
+            assert f"]({png.name})" in markdown
+
+
+def test_report_window_flag_and_filter(sweep, tmp_path):
+    """--window-steps above the run length keeps the 10% rule; below it the window is in steps."""
+    workdir, _ = sweep
+    report = subprocess.run(
+        [sys.executable, str(REPORT), str(workdir / "runs"), "--out-dir", str(tmp_path), "--no-plots",
+         "--env-id", "Hopper-v4", "--window-steps", "2048"],
+        check=False, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert report.returncode == 0, report.stderr
+    rows = parse_markdown_table(report.stdout, ["Environment", "Experiment", "Seed"])
+    assert {row["Environment"] for row in rows} == {"Hopper-v4"}
+    for row in rows:
+        (run_dir,) = (workdir / "runs").glob(row["Run"].strip("`"))
+        ref = reference_run(run_dir, window_steps=2048)
+        assert float(row["Final return"]) == pytest.approx(ref["final_return"], abs=0.006)
+        assert row["Window [steps]"] == "2048"
+    assert "†" not in report.stdout and not list(tmp_path.glob("*.png"))
+
+
+def test_report_rejects_bad_input(tmp_path):
+    for args, message in [
+        ([str(tmp_path / "missing")], "runs directory not found"),
+        ([str(tmp_path), "--window-steps", "0"], "--window-steps must be positive"),
+        ([str(tmp_path)], "no run directories"),
+    ]:
+        result = subprocess.run(
+            [sys.executable, str(REPORT), *args, "--out-dir", str(tmp_path)],
+            check=False,
+            capture_output=True,
+            text=True,
+        )
+        assert result.returncode != 0
+        assert len(result.stderr.strip().splitlines()) == 1 and message in result.stderr
+
+
+# ---------------------------------------------------------------------------------------------------
+# Failures through the real script
+# ---------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "env_id, extra, reason",
+    [
+        ("NoSuchEnv-v0", ["--total-timesteps", "4096"], "unknown --env-id 'NoSuchEnv-v0'"),
+        ("InvertedPendulum-v4", ["--total-timesteps", "-5"], "--total-timesteps must be positive"),
+    ],
+)
+def test_failing_run_is_named_and_fails_the_sweep(tmp_path, env_id, extra, reason):
+    result = benchmark("--workdir", tmp_path, "--env-ids", env_id, "--seeds", 1, "--", *extra)
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert summary_rows(result.stdout)[(env_id, 1)]["status"] == "failed(rc=1)"
+    named = [line for line in result.stdout.splitlines() if line.strip().startswith(f"{env_id} seed 1: failed")]
+    assert named and reason in named[0]
+
+
+# ---------------------------------------------------------------------------------------------------
+# Orchestration, with a stub in place of Python
+# ---------------------------------------------------------------------------------------------------
+
+STUB = r"""#!/usr/bin/env bash
+# Stands in for "python ppo_continuous_envpool_jax.py": reports its arguments and CPU affinity.
+shift
+echo "args: $*"
+grep Cpus_allowed_list /proc/self/status
+case " $* " in
+    *" --env-id Bad-v0 "*) echo "error: unknown --env-id 'Bad-v0'" >&2; exit 1 ;;
+    *" --env-id Block-v0 "*) echo "started $$" >"$STUB_FIFO"; exec sleep 600 ;;
+esac
+echo "iteration=1/2 global_step=512 return=12.5 SPS=10"
+echo "iteration=2/2 global_step=1024 return=- SPS=10"
+"""
+
+
+@pytest.fixture
+def stub(tmp_path):
+    path = tmp_path / "stub-python"
+    path.write_text(STUB)
+    path.chmod(0o755)
+    return path
+
+
+def test_help_explains_every_flag():
+    result = benchmark("--help")
+    assert result.returncode == 0 and result.stderr == ""
+    source = BENCHMARK.read_text()
+    parser = source[source.index("while (($#)); do") : source.index("# --- summary")]
+    flags = set(re.findall(r"(?<![\w-])(--[a-z][a-z-]+)\)", parser)) | set(re.findall(r"\| (--[a-z][a-z-]+)", parser))
+    assert {"--env-ids", "--seeds", "--workers", "--python", "--slurm", "--wait", "--dry-run"} <= flags
+    for flag in flags:
+        assert re.search(rf"^\s+(-\w, )?{flag}\b", result.stdout, re.MULTILINE), f"{flag} is not explained in --help"
+    assert "Examples:" in result.stdout
+    report = subprocess.run([sys.executable, str(REPORT), "--help"], check=False, capture_output=True, text=True)
+    assert report.returncode == 0 and "--window-steps" in report.stdout and "example" in report.stdout
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--seeds", "0"], "--seeds must be a positive integer"),
+        (["--workers", "two"], "--workers must be a positive integer"),
+        (["--workers", str(len(USABLE_CPUS) + 1)], "usable cores"),
+        (["--cores-per-run", str(len(USABLE_CPUS) + 1)], "needs"),
+        (["--env-ids", "Hopper-v4 ../x"], "is not an env id"),
+        (["--frobnicate"], "unknown option '--frobnicate'"),
+        (["--wait"], "--wait only applies with --slurm"),
+        (["--", "--seed", "3"], "do not pass --seed after --"),
+        (["--python", "no-such-python-here"], "'no-such-python-here' not found"),
+        (["--seeds"], "--seeds needs a value"),
+    ],
+)
+def test_bad_arguments_exit_2_with_one_line(tmp_path, args, message):
+    result = benchmark("--workdir", tmp_path, *args)
+    assert result.returncode == 2
+    assert (
+        result.stderr.count("\n") == 1
+        and result.stderr.startswith("benchmark.sh: error: ")
+        and message in result.stderr
+    )
+    assert not (tmp_path / "runs").exists()
+
+
+def test_ok_and_failed_runs_pinning_and_threads(tmp_path, stub):
+    result = benchmark(
+        "--workdir", tmp_path, "--python", stub, "--env-ids", "Good-v0,Bad-v0", "--seeds", 2, "--first-seed", 5,
+        "--workers", 2, "--", "--exp-name", "a b",
+    )  # fmt: skip
+    assert result.returncode == 1
+    rows = summary_rows(result.stdout)
+    assert {key: row["status"] for key, row in rows.items()} == {
+        ("Good-v0", 5): "ok", ("Bad-v0", 5): "failed(rc=1)", ("Good-v0", 6): "ok", ("Bad-v0", 6): "failed(rc=1)",
+    }  # fmt: skip
+    assert rows[("Good-v0", 5)]["return"] == "12.5" and rows[("Bad-v0", 5)]["return"] == "-"
+    assert "2/4 runs succeeded." in result.stdout
+    for seed in (5, 6):
+        assert f"Bad-v0 seed {seed}: failed(rc=1) -- error: unknown --env-id 'Bad-v0'" in result.stdout
+    cores_per_run = len(USABLE_CPUS) // 2
+    slots = [set(USABLE_CPUS[k * cores_per_run : (k + 1) * cores_per_run]) for k in range(2)]
+    for (env_id, seed), row in rows.items():
+        log = Path(row["log"]).read_text()
+        args = re.search(r"^args: (.*)$", log, re.MULTILINE)[1]
+        assert args == f"--env-id {env_id} --seed {seed} --num-threads {cores_per_run} --exp-name a b"
+        allowed = re.search(r"Cpus_allowed_list:\s+(\S+)", log)[1]
+        assert expand_cpu_list(allowed) in slots  # the run saw only the cores of one slot
+    # --summary re-reads the same sweep and agrees
+    (sweep_dir,) = (tmp_path / "runs" / "logs").iterdir()
+    again = benchmark("--summary", sweep_dir)
+    assert again.returncode == 1 and summary_rows(again.stdout) == rows
+
+
+def test_one_worker_gets_every_core(tmp_path, stub):
+    result = benchmark("--workdir", tmp_path, "--python", stub, "--env-ids", "Good-v0", "--seeds", 1)
+    assert result.returncode == 0, result.stdout + result.stderr
+    log = Path(summary_rows(result.stdout)[("Good-v0", 1)]["log"]).read_text()
+    assert f"--num-threads {len(USABLE_CPUS)}" in log
+    assert expand_cpu_list(re.search(r"Cpus_allowed_list:\s+(\S+)", log)[1]) == set(USABLE_CPUS)
+
+
+def expand_cpu_list(text: str) -> set[int]:
+    cpus = set()
+    for part in text.split(","):
+        lo, _, hi = part.partition("-")
+        cpus.update(range(int(lo), int(hi or lo) + 1))
+    return cpus
+
+
+def test_interrupt_stops_runs_and_prints_summary(tmp_path, stub):
+    fifo = tmp_path / "started"
+    os.mkfifo(fifo)
+    reader = os.open(fifo, os.O_RDWR)  # never blocks, and keeps the FIFO open for the stubs
+    process = subprocess.Popen(
+        [str(BENCHMARK), "--workdir", str(tmp_path), "--python", str(stub), "--env-ids", "Block-v0 Good-v0",
+         "--seeds", "2", "--workers", "1"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, "STUB_FIFO": str(fifo)},
+    )  # fmt: skip
+    try:
+        # wait (bounded) until the first Block-v0 run has started
+        ready, _, _ = select.select([reader], [], [], 60)
+        assert ready, "the blocking run did not start"
+        pid = int(os.read(reader, 100).split()[1])
+        process.send_signal(signal.SIGINT)
+        stdout, stderr = process.communicate(timeout=60)
+    finally:
+        process.kill()
+        os.close(reader)
+    assert process.returncode == 130, stdout + stderr
+    assert "interrupted; stopping the running runs" in stderr
+    rows = summary_rows(stdout)
+    assert {key: row["status"] for key, row in rows.items()} == {
+        ("Block-v0", 1): "interrupted", ("Good-v0", 1): "not-started",
+        ("Block-v0", 2): "not-started", ("Good-v0", 2): "not-started",
+    }  # fmt: skip
+    assert "Block-v0 seed 1: interrupted" in stdout
+    # the blocked run's process is gone (or a zombie awaiting its reaper)
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        state = "gone"
+    assert state in {"gone", "Z", "X"}
+
+
+# ---------------------------------------------------------------------------------------------------
+# Slurm
+# ---------------------------------------------------------------------------------------------------
+
+FAKE_SBATCH = r"""#!/usr/bin/env bash
+# A stand-in for sbatch: records its arguments, then runs every array task of the script in turn.
+echo "$*" >>"$FAKE_SLURM_LOG"
+script=${@: -1}
+array=$(sed -n 's/^#SBATCH --array=\([0-9]*\)-\([0-9]*\).*/\1 \2/p' "$script")
+cpus=$(sed -n 's/^#SBATCH --cpus-per-task=//p' "$script")
+out=$(sed -n 's/^#SBATCH --output=//p' "$script")
+workdir=$(sed -n 's/^#SBATCH --chdir=//p' "$script")
+for i in $(seq $array); do
+    (cd "$workdir" && SLURM_ARRAY_TASK_ID=$i SLURM_CPUS_PER_TASK=$cpus bash "$script" >"${out//%a/$i}" 2>&1)
+done
+echo "4242;cluster"
+"""
+
+
+def test_slurm_array_with_fake_sbatch(tmp_path, stub):
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "sbatch").write_text(FAKE_SBATCH)
+    (bin_dir / "squeue").write_text("#!/bin/sh\nexit 0\n")  # the job is no longer queued
+    for tool in ("sbatch", "squeue"):
+        (bin_dir / tool).chmod(0o755)
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "FAKE_SLURM_LOG": str(tmp_path / "sbatch.args")}
+    result = benchmark(
+        "--slurm", "--wait", "--workdir", tmp_path, "--python", stub, "--env-ids", "Good-v0 Bad-v0", "--seeds", 2,
+        "--cores-per-run", 3, "--workers", 2, "--sbatch-args", "--time=00:10:00 --partition=debug",
+        "--", "--total-timesteps", 4096, env=env,
+    )  # fmt: skip
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "Submitted Slurm job 4242" in result.stdout and "scancel 4242" in result.stdout
+    assert (tmp_path / "sbatch.args").read_text().startswith("--parsable --time=00:10:00 --partition=debug ")
+    (sweep_dir,) = (tmp_path / "runs" / "logs").iterdir()
+    script = (sweep_dir / "sweep.sbatch").read_text()
+    assert "#SBATCH --array=0-3%2\n" in script and "#SBATCH --cpus-per-task=3\n" in script
+    rows = summary_rows(result.stdout)
+    assert {key: row["status"] for key, row in rows.items()} == {
+        ("Good-v0", 1): "ok", ("Bad-v0", 1): "failed(rc=1)", ("Good-v0", 2): "ok", ("Bad-v0", 2): "failed(rc=1)",
+    }  # fmt: skip
+    for (env_id, seed), row in rows.items():
+        args = re.search(r"^args: (.*)$", Path(row["log"]).read_text(), re.MULTILINE)[1]
+        assert args == f"--env-id {env_id} --seed {seed} --num-threads 3 --total-timesteps 4096"
+    assert "Bad-v0 seed 2: failed(rc=1) -- error: unknown --env-id 'Bad-v0'" in result.stdout
+
+
+def can_run_real_slurm() -> bool:
+    return shutil.which("sbatch") is not None or (os.geteuid() == 0 and shutil.which("apt-get") is not None)
+
+
+@pytest.mark.skipif(
+    os.environ.get("RUN_SLURM_TESTS") != "1", reason="set RUN_SLURM_TESTS=1 to run against a real Slurm"
+)
+@pytest.mark.skipif(not can_run_real_slurm(), reason="needs sbatch on PATH, or root and apt-get to install Slurm")
+def test_real_single_node_slurm(tmp_path):
+    """tests/slurm/run_slurm_check.sh: starts a one-node Slurm here and runs a sweep through it."""
+    result = subprocess.run(
+        [str(REPO / "tests" / "slurm" / "run_slurm_check.sh"), "--workdir", str(tmp_path)],
+        check=False, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout[-5000:] + result.stderr[-5000:]
+    assert "SLURM CHECK PASSED" in result.stdout
+    for env_id in ("InvertedPendulum-v4", "Hopper-v4"):
+        assert list((tmp_path / "ok" / "runs").glob(f"{env_id}__*__1__*/events.out.tfevents.*"))
+    assert not math.isnan(reference_run(next((tmp_path / "ok" / "runs").glob("Hopper-v4__*")))["final_return"])
