@@ -5,13 +5,18 @@ pure wrappers), actor-critic, rollout (`lax.scan`), advantages (reverse `lax.sca
 training loop. Run `python ppo_continuous_envpool_jax.py --help` for the flags.
 """
 
+import argparse
+import contextlib
 import difflib
+import json
 import os
+import signal
 import sys
 import time
-from dataclasses import asdict, dataclass
+import warnings
+from dataclasses import asdict, dataclass, replace
 from functools import partial
-from typing import NamedTuple, Optional
+from typing import NamedTuple
 
 import envpool
 import flax
@@ -28,6 +33,9 @@ from flax.training.train_state import TrainState
 # fast anyway. Until a closed-loop check on a GPU proves otherwise, we do not offer that path.
 jax.config.update("jax_platforms", "cpu")
 
+VIDEO_SIZE = (320, 240)  # width, height
+VIDEO_FPS = 30
+
 
 @dataclass
 class Args:
@@ -39,10 +47,19 @@ class Args:
     """if toggled, this experiment will be tracked with Weights and Biases"""
     wandb_project_name: str = "ppo-continuous-envpool-jax"
     """the wandb's project name"""
-    wandb_entity: Optional[str] = None
+    wandb_entity: str | None = None
     """the entity (team) of wandb's project"""
     save_model: bool = False
-    """whether to save the model (parameters and observation statistics) into `runs/{run_name}`"""
+    """save the model (parameters, optimizer and normalisation state) to `runs/{run_name}/{exp_name}.model`,
+    at the end, on Ctrl-C/SIGTERM and before stopping on a non-finite loss; then evaluate it"""
+    capture_video: bool = False
+    """record the first evaluation episode to `videos/{run_name}/eval.mp4` (needs OpenGL: EGL or OSMesa)"""
+    eval_episodes: int = 10
+    """episodes of the final evaluation (mean action, fresh environments)"""
+    evaluate: str | None = None
+    """evaluate the model saved at this path instead of training (task and network come from the file)"""
+    resume: str | None = None
+    """continue training the run whose model was saved at this path (its flags are the defaults)"""
 
     env_id: str = "HalfCheetah-v4"
     """the id of an EnvPool MuJoCo task"""
@@ -78,7 +95,7 @@ class Args:
     """coefficient of the value function"""
     max_grad_norm: float = 0.5
     """the maximum norm for the gradient clipping"""
-    target_kl: Optional[float] = None
+    target_kl: float | None = None
     """the target KL divergence threshold (stops the epochs of an iteration early)"""
     norm_obs: bool = True
     """toggles observation normalization by running mean and variance"""
@@ -101,9 +118,17 @@ def mujoco_env_ids() -> list[str]:
     return sorted(env_id for env_id, spec in specs.items() if spec[0] == "envpool.mujoco.gym")
 
 
-def check_args(args: Args) -> Optional[str]:
+def check_args(args: Args) -> str | None:
     """Return a one-line description of what is wrong with `args`, or None."""
-    for name in ("total_timesteps", "learning_rate", "num_envs", "num_steps", "num_minibatches", "update_epochs"):
+    for name in (
+        "total_timesteps",
+        "learning_rate",
+        "num_envs",
+        "num_steps",
+        "num_minibatches",
+        "update_epochs",
+        "eval_episodes",
+    ):
         if getattr(args, name) <= 0:
             return f"--{name.replace('_', '-')} must be positive, got {getattr(args, name)}"
     if args.num_threads < 0:
@@ -130,15 +155,34 @@ def check_args(args: Args) -> Optional[str]:
     return None
 
 
-def parse_args(cli_args: Optional[list[str]] = None) -> Args:
-    args = tyro.cli(Args, args=cli_args)
+def parse_args(cli_args: list[str] | None = None) -> tuple[Args, dict | None]:
+    """Args and, with --resume or --evaluate, the saved checkpoint, whose arguments become the defaults."""
+    cli_args = sys.argv[1:] if cli_args is None else cli_args
+    pre_parser = argparse.ArgumentParser(add_help=False)
+    pre_parser.add_argument("--resume")
+    pre_parser.add_argument("--evaluate")
+    saved, _ = pre_parser.parse_known_args(cli_args)
+    checkpoint = load_checkpoint(saved.resume or saved.evaluate) if saved.resume or saved.evaluate else None
+    if checkpoint is None:
+        default = Args()
+    elif saved.resume:  # the interrupted run goes on as it was started
+        default = replace(checkpoint["args"], resume=None)
+    else:  # evaluation needs only the task, the network and its observation normalisation
+        saved_args = checkpoint["args"]
+        default = Args(env_id=saved_args.env_id, hidden_sizes=saved_args.hidden_sizes, norm_obs=saved_args.norm_obs)
+    args = tyro.cli(Args, args=cli_args, default=default)
     error = check_args(args)
+    if checkpoint is not None and error is None:
+        saved_args = checkpoint["args"]
+        for name in ("env_id", "hidden_sizes"):
+            if getattr(args, name) != getattr(saved_args, name):
+                error = f"--{name.replace('_', '-')} {getattr(args, name)} differs from the saved model's"
     if error:
         sys.exit(f"error: {error}")
     args.batch_size = args.num_envs * args.num_steps
     args.minibatch_size = args.batch_size // args.num_minibatches
     args.num_iterations = args.total_timesteps // args.batch_size
-    return args
+    return args, checkpoint
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -176,7 +220,7 @@ def rms_init(shape) -> RunningMeanStd:
     return RunningMeanStd(jnp.zeros(shape, jnp.float32), jnp.ones(shape, jnp.float32), jnp.float32(1e-4))
 
 
-def rms_update(rms: RunningMeanStd, batch: jax.Array, mask: Optional[jax.Array] = None) -> RunningMeanStd:
+def rms_update(rms: RunningMeanStd, batch: jax.Array, mask: jax.Array | None = None) -> RunningMeanStd:
     """Merge the rows of `batch` (N, ...) where `mask` (N,) holds into the running moments (Chan et al.)."""
     weight = jnp.ones(batch.shape[0], jnp.float32) if mask is None else mask.astype(jnp.float32)
     weight = weight.reshape((-1,) + (1,) * (batch.ndim - 1))
@@ -190,10 +234,14 @@ def rms_update(rms: RunningMeanStd, batch: jax.Array, mask: Optional[jax.Array] 
     return RunningMeanStd(mean, var, total.reshape(rms.count.shape))
 
 
+def standardize(obs_rms: RunningMeanStd, obs: jax.Array) -> jax.Array:
+    return jnp.clip((obs - obs_rms.mean) / jnp.sqrt(obs_rms.var + 1e-8), -10.0, 10.0)
+
+
 def normalize_obs(obs_rms: RunningMeanStd, obs: jax.Array):
     """gymnasium's NormalizeObservation for a batch (N, obs_dim): merge it in, then standardise and clip."""
     obs_rms = rms_update(obs_rms, obs)
-    return obs_rms, jnp.clip((obs - obs_rms.mean) / jnp.sqrt(obs_rms.var + 1e-8), -10.0, 10.0)
+    return obs_rms, standardize(obs_rms, obs)
 
 
 def scale_reward(return_rms: RunningMeanStd, discounted_return, reward, is_reset, gamma: float):
@@ -311,12 +359,8 @@ def rollout_step(params, env_state: EnvState, key, *, apply_fn, xla_step, action
     episode_length = jnp.where(is_reset, 0, env_state.episode_length + 1)
     done = terminated | truncated
 
-    transition = Transition(
-        env_state.obs, action, log_prob, value, scaled_reward, terminated, truncated, is_reset
-    )
-    env_state = EnvState(
-        handle, next_obs, done, obs_rms, return_rms, discounted_return, episode_return, episode_length
-    )
+    transition = Transition(env_state.obs, action, log_prob, value, scaled_reward, terminated, truncated, is_reset)
+    env_state = EnvState(handle, next_obs, done, obs_rms, return_rms, discounted_return, episode_return, episode_length)
     return env_state, (transition, EpisodeEnd(done, episode_return, episode_length))
 
 
@@ -486,75 +530,260 @@ def make_optimizer(args: Args):
 
 
 # ---------------------------------------------------------------------------------------------------
+# Checkpoints and evaluation
+# ---------------------------------------------------------------------------------------------------
+
+
+def save_checkpoint(path: str, args: Args, train_state: TrainState, env_state: EnvState, global_step: int):
+    """Everything needed to evaluate the policy or resume training, in flax's msgpack format.
+
+    Without the observation statistics the policy is useless, so they travel with the parameters. The
+    file is written beside its destination and renamed, so an interruption never leaves half a model.
+    """
+    state = {
+        "args": json.dumps(asdict(args)),
+        "global_step": global_step,
+        "train_state": train_state,  # parameters, optimizer state, gradient-step count
+        "obs_rms": env_state.obs_rms,
+        "return_rms": env_state.return_rms,
+    }
+    data = flax.serialization.msgpack_serialize(flax.serialization.to_state_dict(jax.device_get(state)))
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    with open(f"{path}.tmp", "wb") as f:
+        f.write(data)
+    os.replace(f"{path}.tmp", path)
+
+
+def load_checkpoint(path: str) -> dict:
+    try:
+        with open(path, "rb") as f:
+            checkpoint = flax.serialization.msgpack_restore(f.read())
+        saved = json.loads(checkpoint["args"])
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        sys.exit(f"error: cannot read a model from {path}: {error}")
+    saved["hidden_sizes"] = tuple(saved["hidden_sizes"])
+    checkpoint["args"] = Args(**saved)
+    return checkpoint
+
+
+def open_gl_context(width: int, height: int):
+    """MuJoCo's offscreen OpenGL context, current on this thread, for EnvPool's renderer.
+
+    EGL needs a GPU; on CPU machines OSMesa renders in software (Debian: apt-get install libosmesa6).
+    """
+    gpu = os.path.exists("/dev/nvidiactl") or os.path.exists("/dev/dri/renderD128")
+    os.environ.setdefault("MUJOCO_GL", "egl" if gpu else "osmesa")
+    os.environ.setdefault("PYOPENGL_PLATFORM", os.environ["MUJOCO_GL"])
+    try:
+        import mujoco
+
+        context = mujoco.GLContext(width, height)
+        context.make_current()
+    except Exception as error:  # noqa: BLE001 (each GL backend fails in its own way)
+        sys.exit(
+            f"error: --capture-video needs OpenGL for MuJoCo ({os.environ['MUJOCO_GL']}: {error}); "
+            "on a CPU machine: apt-get install libosmesa6"
+        )
+    return context
+
+
+def evaluate(args: Args, params, obs_rms: RunningMeanStd, num_episodes: int, video_path: str | None = None):
+    """Returns and lengths, (num_episodes,) each, of the mean-action policy on fresh EnvPool envs.
+
+    Each environment plays one episode; with `video_path`, the first one is also rendered to an MP4.
+    """
+    render = {"render_mode": "rgb_array", "render_width": VIDEO_SIZE[0], "render_height": VIDEO_SIZE[1]}
+    envs = envpool.make(
+        args.env_id, env_type="gymnasium", num_envs=num_episodes, seed=args.seed, **(render if video_path else {})
+    )
+    network = ActorCritic(action_dim=envs.action_space.shape[0], hidden_sizes=tuple(args.hidden_sizes))
+
+    @jax.jit
+    def policy(obs):
+        obs = obs.astype(jnp.float32)
+        return network.apply(params, standardize(obs_rms, obs) if args.norm_obs else obs)[0]
+
+    obs, _ = envs.reset()
+    returns, lengths = np.zeros(num_episodes), np.zeros(num_episodes, int)
+    done = np.zeros(num_episodes, bool)
+    frames = []
+    while not done.all():
+        if video_path and not done[0]:
+            frames.append(envs.render()[0])
+        action = np.clip(np.asarray(policy(obs)), envs.action_space.low, envs.action_space.high)
+        obs, reward, terminated, truncated, _ = envs.step(action.astype(np.float64))
+        returns += np.where(done, 0.0, reward)
+        lengths += ~done
+        done |= terminated | truncated
+    if video_path:
+        import imageio.v3 as iio
+
+        frames.append(envs.render()[0])  # the final observation of the episode
+        os.makedirs(os.path.dirname(video_path), exist_ok=True)
+        with warnings.catch_warnings():  # JAX warns of any fork; ffmpeg's is followed at once by exec
+            warnings.filterwarnings("ignore", "os.fork", RuntimeWarning)
+            iio.imwrite(video_path, np.stack(frames), fps=VIDEO_FPS, codec="libx264")
+    return returns, lengths
+
+
+# ---------------------------------------------------------------------------------------------------
 # Training loop
 # ---------------------------------------------------------------------------------------------------
 
 
-def train(args: Args, run_name: str, writer) -> TrainState:
+class StopRequest:
+    """Signal handler for SIGINT and SIGTERM: the training loop stops at the end of the iteration."""
+
+    def __init__(self):
+        self.signum = None
+
+    def __call__(self, signum, _frame):
+        if self.signum is not None:
+            raise KeyboardInterrupt  # a second signal aborts at once
+        self.signum = signum
+        name = signal.Signals(signum).name
+        print(f"\n{name}: stopping after this iteration (send it again to abort without saving)", file=sys.stderr)
+
+
+class TrainResult(NamedTuple):
+    train_state: TrainState  # the last one with finite parameters and losses
+    env_state: EnvState
+    global_step: int
+    failure: str | None  # what went non-finite, if anything
+
+
+@contextlib.contextmanager
+def progress_reporter(total_steps: int, start_step: int):
+    """A progress bar with steps/s and ETA on a terminal; plain lines in logs."""
+    if not sys.stdout.isatty():
+        yield lambda step, line: print(line, flush=True)
+        return
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+    columns = (BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[line]}"), TimeRemainingColumn())
+    with Progress(*columns) as bar:
+        task = bar.add_task("training", total=total_steps, completed=start_step, line="")
+        yield lambda step, line: bar.update(task, completed=step, line=line)
+
+
+def first_nonfinite(losses: dict, params_finite) -> str | None:
+    for name, value in losses.items():
+        if not np.isfinite(value):
+            return f"losses/{name} = {value}"
+    for path, finite in jax.tree_util.tree_flatten_with_path(params_finite)[0]:
+        if not finite:
+            return f"parameter {jax.tree_util.keystr(path)}"
+    return None
+
+
+def train(args: Args, writer, stop: StopRequest | None = None, checkpoint: dict | None = None) -> TrainResult:
     envs, handle, xla_step = make_envs(args)
     first_obs, _ = envs.reset()
     # Set-up runs once, but compiled it takes a fraction of the time that op-by-op dispatch would.
     env_state = jax.jit(init_env_state, static_argnums=2)(handle, first_obs, args.norm_obs)
-
-    key = jax.random.PRNGKey(args.seed)
-    key, init_key = jax.random.split(key)
     network = ActorCritic(action_dim=envs.action_space.shape[0], hidden_sizes=tuple(args.hidden_sizes))
     optimizer, learning_rate = make_optimizer(args)
     train_state = TrainState.create(
-        apply_fn=network.apply, params=jax.jit(network.init)(init_key, env_state.obs), tx=optimizer
+        apply_fn=network.apply,
+        params=jax.jit(network.init)(jax.random.PRNGKey(args.seed), env_state.obs),
+        tx=optimizer,
     )
+    global_step = 0
+    if checkpoint is not None:
+        train_state = flax.serialization.from_state_dict(train_state, checkpoint["train_state"])
+        env_state = env_state.replace(
+            obs_rms=RunningMeanStd(**checkpoint["obs_rms"]), return_rms=RunningMeanStd(**checkpoint["return_rms"])
+        )
+        global_step = int(checkpoint["global_step"])
+    # A resumed run draws the same random numbers as an uninterrupted one would from here on.
+    key = jax.random.fold_in(jax.random.PRNGKey(args.seed), global_step)
 
     collect_fn = make_collect_fn(args, envs, xla_step, network.apply)
     update_epoch_fn = jax.jit(partial(update_epoch, args=args))
+    all_finite = jax.jit(lambda tree: jax.tree.map(lambda x: jnp.isfinite(x).all(), tree))
 
-    start_time = time.time()
-    global_step = 0
-    for iteration in range(1, args.num_iterations + 1):
-        key, collect_key = jax.random.split(key)
-        env_state, batch, stats = collect_fn(train_state.params, env_state, collect_key)
-        global_step += args.batch_size
+    start_time, start_step = time.time(), global_step
+    first_iteration = global_step // args.batch_size + 1
+    with progress_reporter(args.num_iterations * args.batch_size, global_step) as report:
+        for iteration in range(first_iteration, args.num_iterations + 1):
+            key, collect_key = jax.random.split(key)
+            env_state, batch, stats = collect_fn(train_state.params, env_state, collect_key)
+            last_finite_state = train_state
+            for _epoch in range(args.update_epochs):
+                key, epoch_key = jax.random.split(key)
+                train_state, losses = update_epoch_fn(train_state, batch, epoch_key)
+                if args.target_kl is not None and float(losses["approx_kl"]) > args.target_kl:
+                    break
+            global_step += args.batch_size
 
-        for _epoch in range(args.update_epochs):
-            key, epoch_key = jax.random.split(key)
-            train_state, losses = update_epoch_fn(train_state, batch, epoch_key)
-            if args.target_kl is not None and float(losses["approx_kl"]) > args.target_kl:
+            stats, losses, params_finite, step_count = jax.device_get(
+                (stats, losses, all_finite(train_state.params), train_state.step)
+            )
+            failure = first_nonfinite(losses, params_finite)
+            if failure:
+                failure = f"{failure} at iteration {iteration} (global_step {global_step})"
+                return TrainResult(last_finite_state, env_state, global_step - args.batch_size, failure)
+
+            sps = int((global_step - start_step) / (time.time() - start_time))
+            if stats["num_episodes"] > 0:
+                writer.add_scalar("charts/episodic_return", stats["episodic_return"], global_step)
+                writer.add_scalar("charts/episodic_length", stats["episodic_length"], global_step)
+            writer.add_scalar("charts/learning_rate", float(learning_rate(step_count)), global_step)
+            for name, value in losses.items():
+                writer.add_scalar(f"losses/{name}", value, global_step)
+            writer.add_scalar("losses/explained_variance", stats["explained_variance"], global_step)
+            writer.add_scalar("charts/SPS", sps, global_step)
+            episodic = f"{stats['episodic_return']:.1f}" if stats["num_episodes"] else "-"
+            report(
+                global_step,
+                f"iteration={iteration}/{args.num_iterations} global_step={global_step} return={episodic} SPS={sps}",
+            )
+            if stop is not None and stop.signum is not None:
                 break
-
-        stats, losses, step_count = jax.device_get((stats, losses, train_state.step))
-        sps = int(global_step / (time.time() - start_time))
-        if stats["num_episodes"] > 0:
-            writer.add_scalar("charts/episodic_return", stats["episodic_return"], global_step)
-            writer.add_scalar("charts/episodic_length", stats["episodic_length"], global_step)
-        writer.add_scalar("charts/learning_rate", float(learning_rate(step_count)), global_step)
-        for name, value in losses.items():
-            writer.add_scalar(f"losses/{name}", value, global_step)
-        writer.add_scalar("losses/explained_variance", stats["explained_variance"], global_step)
-        writer.add_scalar("charts/SPS", sps, global_step)
-        episodic = f"{stats['episodic_return']:.1f}" if stats["num_episodes"] else "-"
-        print(f"iteration={iteration}/{args.num_iterations} global_step={global_step} return={episodic} SPS={sps}")
-
-    if args.save_model:
-        model_path = f"runs/{run_name}/{args.exp_name}.model"
-        with open(model_path, "wb") as f:
-            f.write(flax.serialization.to_bytes({"params": train_state.params, "obs_rms": env_state.obs_rms}))
-        print(f"model saved to {model_path}")
-    return train_state
+    return TrainResult(train_state, env_state, global_step, None)
 
 
-def main(cli_args: Optional[list[str]] = None):
-    args = parse_args(cli_args)
-    run_name = f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}"
-    if args.track:
-        import wandb
+def start_wandb(args: Args, run_name: str):
+    """W&B with TensorBoard sync. Without credentials it tracks offline instead of prompting for a login."""
+    import wandb
 
-        wandb.init(
-            project=args.wandb_project_name,
-            entity=args.wandb_entity,
-            sync_tensorboard=True,
-            config=asdict(args),
-            name=run_name,
-            save_code=True,
-        )
+    mode = os.environ.get("WANDB_MODE")
+    if mode is None and not wandb.login(prompt=False, verify=False):
+        print("W&B: no login found, tracking offline (upload later with `wandb sync wandb/`)", file=sys.stderr)
+        mode = "offline"
+    wandb.init(
+        project=args.wandb_project_name,
+        entity=args.wandb_entity,
+        sync_tensorboard=True,
+        config=asdict(args),
+        name=run_name,
+        save_code=True,
+        mode=mode,
+        settings=wandb.Settings(init_timeout=60),
+    )
+    return wandb
+
+
+def run_evaluation(args: Args, params, obs_rms: RunningMeanStd, run_name: str) -> np.ndarray:
+    video_path = f"videos/{run_name}/eval.mp4" if args.capture_video else None
+    returns, lengths = evaluate(args, params, obs_rms, args.eval_episodes, video_path)
+    print(
+        f"eval/episodic_return {returns.mean():.1f} +- {returns.std():.1f} over {len(returns)} episodes "
+        f"(mean length {lengths.mean():.0f})"
+    )
+    if video_path:
+        print(f"video saved to {video_path}")
+    return returns
+
+
+def run_training(args: Args, checkpoint: dict | None):
+    """Train with logging; keep the model on every way out: the end, Ctrl-C/SIGTERM, non-finite values."""
+    if args.resume:  # continue in the same run directory, where the model lives
+        run_name = os.path.basename(os.path.dirname(os.path.abspath(args.resume)))
+    else:
+        run_name = f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}"
+    model_path = args.resume or f"runs/{run_name}/{args.exp_name}.model"
+    wandb = start_wandb(args, run_name) if args.track else None
     from tensorboardX import SummaryWriter
 
     writer = SummaryWriter(f"runs/{run_name}")
@@ -562,12 +791,46 @@ def main(cli_args: Optional[list[str]] = None):
         "hyperparameters",
         "|param|value|\n|-|-|\n" + "\n".join(f"|{key}|{value}|" for key, value in asdict(args).items()),
     )
+    stop = StopRequest()
+    signal.signal(signal.SIGINT, stop)
+    signal.signal(signal.SIGTERM, stop)
     try:
-        train(args, run_name, writer)
+        result = train(args, writer, stop, checkpoint)
+        if args.save_model:
+            save_checkpoint(model_path, args, result.train_state, result.env_state, result.global_step)
+            print(f"model saved to {model_path}")
+        if result.failure is None and stop.signum is None and (args.save_model or args.capture_video):
+            returns = run_evaluation(args, result.train_state.params, result.env_state.obs_rms, run_name)
+            writer.add_scalar("eval/episodic_return", returns.mean(), result.global_step)
     finally:
         writer.close()
-        if args.track:
+        if wandb is not None:
             wandb.finish()
+    if result.failure:
+        kept = f"; the last finite model is in {model_path}" if args.save_model else ""
+        sys.exit(f"error: training diverged: non-finite {result.failure}{kept}")
+    if stop.signum is not None:
+        kept = f"; model saved to {model_path} (continue with --resume {model_path})" if args.save_model else ""
+        print(
+            f"stopped by {signal.Signals(stop.signum).name} at global_step {result.global_step}{kept}", file=sys.stderr
+        )
+        sys.exit(128 + stop.signum)
+
+
+def main(cli_args: list[str] | None = None):
+    args, checkpoint = parse_args(cli_args)
+    # Fail before training, not after it, when video cannot be rendered.
+    gl_context = open_gl_context(*VIDEO_SIZE) if args.capture_video else None
+    try:
+        if args.evaluate:
+            run_name = os.path.basename(os.path.dirname(os.path.abspath(args.evaluate)))
+            params, obs_rms = checkpoint["train_state"]["params"], RunningMeanStd(**checkpoint["obs_rms"])
+            run_evaluation(args, params, obs_rms, run_name)
+        else:
+            run_training(args, checkpoint)
+    finally:
+        if gl_context is not None:
+            gl_context.free()
 
 
 if __name__ == "__main__":

@@ -17,10 +17,10 @@ import time
 
 PROCESS_START = time.perf_counter()
 
-import envpool  # noqa: E402
-import numpy as np  # noqa: E402
+import envpool
+import numpy as np
 
-import ppo_continuous_envpool_jax as ppo  # noqa: E402
+import ppo_continuous_envpool_jax as ppo
 
 IMPORT_SECONDS = time.perf_counter() - PROCESS_START
 
@@ -59,7 +59,7 @@ def main():
     parser.add_argument("--iterations", type=int, default=60, help="training iterations to time")
     parser.add_argument("train_args", nargs="*", help="flags for the training script, after --")
     options = parser.parse_args()
-    args = ppo.parse_args(["--env-id", options.env_id, *options.train_args])
+    args, _ = ppo.parse_args(["--env-id", options.env_id, *options.train_args])
     args.num_iterations = options.iterations
     args.total_timesteps = options.iterations * args.batch_size
 
@@ -67,7 +67,7 @@ def main():
     clock = IterationClock()
     train_start = time.perf_counter()
     with contextlib.redirect_stdout(io.StringIO()):
-        ppo.train(args, "speed-benchmark", clock)
+        ppo.train(args, clock)
     raw += raw_envpool_steps_per_second(args, num_chunks=5, steps_per_chunk=200)
 
     iteration_seconds = np.diff(clock.times)

@@ -11,7 +11,7 @@ NUM_ENVS, NUM_STEPS = 8, 300
 
 
 def collect_once(cli_args):
-    args = ppo.parse_args(cli_args)
+    args, _ = ppo.parse_args(cli_args)
     envs, handle, xla_step = ppo.make_envs(args)
     first_obs, _ = envs.reset()
     env_state = ppo.init_env_state(handle, first_obs, args.norm_obs)
@@ -34,7 +34,7 @@ def test_closed_loop_rollout_replays_exactly_through_the_numpy_api():
 
     The returns also check the action clipping: MuJoCo clamps the controls itself, so the observations
     would agree without it, but EnvPool's control cost is charged on the action as sent."""
-    args, envs, _params, _env_state, batch, stats = collect_once(hopper_args("--no-norm-obs", "--no-scale-reward"))
+    args, _envs, _params, _env_state, batch, stats = collect_once(hopper_args("--no-norm-obs", "--no-scale-reward"))
     obs_seen = np.asarray(batch.obs).reshape(NUM_STEPS, NUM_ENVS, -1)
     actions = np.asarray(batch.action).reshape(NUM_STEPS, NUM_ENVS, -1)
     valid = np.asarray(batch.valid).reshape(NUM_STEPS, NUM_ENVS)
@@ -68,7 +68,7 @@ def all_arrays(tree):
 
 def test_nothing_float64_leaves_the_env_boundary():
     # Keep `envs` bound: EnvPool must outlive every computation that holds its handle.
-    args, envs, params, env_state, batch, stats = collect_once(hopper_args())
+    args, _envs, params, env_state, batch, stats = collect_once(hopper_args())
     floats = [a for a in all_arrays((params, env_state, batch, stats)) if jnp.issubdtype(a.dtype, jnp.floating)]
     assert floats and all(a.dtype == jnp.float32 for a in floats)
     optimizer, _ = ppo.make_optimizer(args)
