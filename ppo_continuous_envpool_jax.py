@@ -50,17 +50,21 @@ class Args:
     wandb_entity: str | None = None
     """the entity (team) of wandb's project"""
     save_model: bool = False
-    """save the model (parameters, optimizer and normalisation state) to `runs/{run_name}/{exp_name}.model`,
-    at the end, on Ctrl-C/SIGTERM and before stopping on a non-finite loss; then evaluate it"""
+    """save the model (parameters, optimizer and normalisation state) to `runs/{run_name}/{exp_name}.model`
+    at the end, on Ctrl-C/SIGTERM and before stopping on a non-finite value"""
     capture_video: bool = False
     """record the first evaluation episode to `videos/{run_name}/eval.mp4` (needs OpenGL: EGL or OSMesa)"""
     eval_episodes: int = 10
-    """episodes of the final evaluation (mean action, fresh environments)"""
+    """episodes of the evaluation (mean action, fresh environments) that ends training with --save-model or
+    --capture-video, and of --evaluate"""
     evaluate: str | None = None
     """evaluate the model saved at this path instead of training (task and network come from the file)"""
     resume: str | None = None
-    """continue training the run whose model was saved at this path (its flags are the defaults)"""
+    """continue the run whose model was saved at this path: its flags are the defaults, flags given now
+    override them (not --env-id, --hidden-sizes, --norm-obs); a new --total-timesteps reshapes the lr schedule"""
 
+    # The defaults are tianshou's MuJoCo PPO benchmark configuration (64 envs x 32 steps, 10 epochs of
+    # minibatches of 64, value coefficient 0.25, no advantage normalisation, no value clipping); see README.
     env_id: str = "HalfCheetah-v4"
     """the id of an EnvPool MuJoCo task"""
     total_timesteps: int = 1_000_000
@@ -74,11 +78,11 @@ class Args:
     num_steps: int = 32
     """the number of steps to run in each environment per policy rollout"""
     anneal_lr: bool = True
-    """toggle learning rate annealing (linearly to 0 over all gradient steps)"""
+    """toggle learning rate annealing (linearly to 0 over all gradient steps; --target-kl stops short of 0)"""
     gamma: float = 0.99
     """the discount factor gamma"""
     gae_lambda: float = 0.95
-    """the lambda for the general advantage estimation"""
+    """the lambda for the generalized advantage estimation"""
     num_minibatches: int = 32
     """the number of mini-batches"""
     update_epochs: int = 10
@@ -104,16 +108,14 @@ class Args:
     hidden_sizes: tuple[int, ...] = (64, 64)
     """the hidden layer sizes of the actor and of the critic"""
 
-    # filled in at runtime
-    batch_size: int = 0
-    """the batch size (computed in runtime)"""
-    minibatch_size: int = 0
-    """the mini-batch size (computed in runtime)"""
-    num_iterations: int = 0
-    """the number of iterations (computed in runtime)"""
+    # computed from the flags above, not flags themselves
+    batch_size: tyro.conf.Suppress[int] = 0
+    minibatch_size: tyro.conf.Suppress[int] = 0
+    num_iterations: tyro.conf.Suppress[int] = 0
 
 
 def mujoco_env_ids() -> list[str]:
+    # EnvPool has no public "list by family"; the first field of a registry entry is the task's module.
     specs = envpool.registration.registry.specs
     return sorted(env_id for env_id, spec in specs.items() if spec[0] == "envpool.mujoco.gym")
 
@@ -162,6 +164,8 @@ def parse_args(cli_args: list[str] | None = None) -> tuple[Args, dict | None]:
     pre_parser.add_argument("--resume")
     pre_parser.add_argument("--evaluate")
     saved, _ = pre_parser.parse_known_args(cli_args)
+    if saved.resume and saved.evaluate:
+        sys.exit("error: --resume and --evaluate exclude each other")
     checkpoint = load_checkpoint(saved.resume or saved.evaluate) if saved.resume or saved.evaluate else None
     if checkpoint is None:
         default = Args()
@@ -174,9 +178,12 @@ def parse_args(cli_args: list[str] | None = None) -> tuple[Args, dict | None]:
     error = check_args(args)
     if checkpoint is not None and error is None:
         saved_args = checkpoint["args"]
-        for name in ("env_id", "hidden_sizes"):
+        for name in ("env_id", "hidden_sizes", "norm_obs"):
             if getattr(args, name) != getattr(saved_args, name):
-                error = f"--{name.replace('_', '-')} {getattr(args, name)} differs from the saved model's"
+                error = (
+                    f"--{name.replace('_', '-')} {getattr(args, name)} differs from the saved model's "
+                    f"{getattr(saved_args, name)}"
+                )
     if error:
         sys.exit(f"error: {error}")
     args.batch_size = args.num_envs * args.num_steps
@@ -239,13 +246,13 @@ def standardize(obs_rms: RunningMeanStd, obs: jax.Array) -> jax.Array:
 
 
 def normalize_obs(obs_rms: RunningMeanStd, obs: jax.Array):
-    """gymnasium's NormalizeObservation for a batch (N, obs_dim): merge it in, then standardise and clip."""
+    """gymnasium's NormalizeObservation for a batch (N, obs_dim): merge it in, then standardize and clip."""
     obs_rms = rms_update(obs_rms, obs)
     return obs_rms, standardize(obs_rms, obs)
 
 
 def scale_reward(return_rms: RunningMeanStd, discounted_return, reward, is_reset, gamma: float):
-    """gym's NormalizeReward: divide rewards (N,) by the running std of the discounted return, clip to +-10.
+    """gymnasium's NormalizeReward: divide rewards (N,) by the running std of the discounted return, clip to +-10.
 
     The discounted return restarts with each episode. Reset steps (reward 0, not an experience) neither
     extend it nor count towards its statistics.
@@ -268,10 +275,11 @@ class EnvState:
     episode_length: jax.Array  # (N,)
 
 
-def init_env_state(handle, first_obs: np.ndarray, norm_obs: bool) -> EnvState:
+def init_env_state(handle, first_obs: np.ndarray, norm_obs: bool, obs_rms=None, return_rms=None) -> EnvState:
+    """The state before the first step; `obs_rms` and `return_rms` carry statistics over from a checkpoint."""
     num_envs, obs_dim = first_obs.shape
     obs = jnp.asarray(first_obs, jnp.float32)
-    obs_rms = rms_init((obs_dim,))
+    obs_rms = rms_init((obs_dim,)) if obs_rms is None else obs_rms
     if norm_obs:
         obs_rms, obs = normalize_obs(obs_rms, obs)
     zeros = jnp.zeros(num_envs, jnp.float32)
@@ -280,7 +288,7 @@ def init_env_state(handle, first_obs: np.ndarray, norm_obs: bool) -> EnvState:
         obs=obs,
         is_reset=jnp.zeros(num_envs, bool),
         obs_rms=obs_rms,
-        return_rms=rms_init(()),
+        return_rms=rms_init(()) if return_rms is None else return_rms,
         discounted_return=zeros,
         episode_return=zeros,
         episode_length=jnp.zeros(num_envs, jnp.int32),
@@ -318,6 +326,14 @@ def gaussian_log_prob(mean, log_std, action):
 # ---------------------------------------------------------------------------------------------------
 
 
+class EnvFunctions(NamedTuple):
+    """What the rollout needs of EnvPool: its compiled step and the action bounds."""
+
+    xla_step: object
+    action_low: jax.Array  # (act_dim,)
+    action_high: jax.Array
+
+
 class Transition(NamedTuple):
     obs: jax.Array  # (N, obs_dim) what the policy saw
     action: jax.Array  # (N, act_dim) the unclipped sample, so its log-probability is exact
@@ -332,19 +348,20 @@ class Transition(NamedTuple):
 class EpisodeEnd(NamedTuple):
     done: jax.Array  # (N,) an episode ended at this step
     episode_return: jax.Array  # (N,) its raw return where done
-    episode_length: jax.Array  # (N,)
+    episode_length: jax.Array  # (N,) where done
 
 
-def rollout_step(params, env_state: EnvState, key, *, apply_fn, xla_step, action_low, action_high, args: Args):
+def rollout_step(params, env_state: EnvState, key, *, env: EnvFunctions, apply_fn, args: Args):
     mean, log_std, value = apply_fn(params, env_state.obs)
     action = mean + jnp.exp(log_std) * jax.random.normal(key, mean.shape)
     log_prob = gaussian_log_prob(mean, log_std, action)
     # EnvPool charges the control cost on the action as sent, so out-of-bounds samples are clipped first.
     handle, next_obs, reward, terminated, truncated = env_step(
-        xla_step, env_state.handle, jnp.clip(action, action_low, action_high)
+        env.xla_step, env_state.handle, jnp.clip(action, env.action_low, env.action_high)
     )
 
-    # On a reset step EnvPool ignored the action and returned reward 0: it counts towards no statistic.
+    # On a reset step EnvPool ignored the action and returned reward 0: that reward counts towards no return
+    # or episode statistic. Its observation, the new episode's first, is real and does update obs_rms.
     is_reset = env_state.is_reset
     obs_rms, return_rms, discounted_return = env_state.obs_rms, env_state.return_rms, env_state.discounted_return
     if args.norm_obs:
@@ -359,18 +376,36 @@ def rollout_step(params, env_state: EnvState, key, *, apply_fn, xla_step, action
     episode_length = jnp.where(is_reset, 0, env_state.episode_length + 1)
     done = terminated | truncated
 
-    transition = Transition(env_state.obs, action, log_prob, value, scaled_reward, terminated, truncated, is_reset)
-    env_state = EnvState(handle, next_obs, done, obs_rms, return_rms, discounted_return, episode_return, episode_length)
+    transition = Transition(
+        obs=env_state.obs,
+        action=action,
+        log_prob=log_prob,
+        value=value,
+        reward=scaled_reward,
+        terminated=terminated,
+        truncated=truncated,
+        is_reset=is_reset,
+    )
+    env_state = EnvState(
+        handle=handle,
+        obs=next_obs,
+        is_reset=done,
+        obs_rms=obs_rms,
+        return_rms=return_rms,
+        discounted_return=discounted_return,
+        episode_return=episode_return,
+        episode_length=episode_length,
+    )
     return env_state, (transition, EpisodeEnd(done, episode_return, episode_length))
 
 
-def rollout(params, env_state: EnvState, key, *, num_steps: int, **step_kwargs):
+def rollout(params, env_state: EnvState, key, *, env: EnvFunctions, apply_fn, args: Args):
     """Run the policy for `num_steps` in every environment: transitions and episode ends stacked (T, N)."""
 
     def step(env_state, key):
-        return rollout_step(params, env_state, key, **step_kwargs)
+        return rollout_step(params, env_state, key, env=env, apply_fn=apply_fn, args=args)
 
-    return jax.lax.scan(step, env_state, jax.random.split(key, num_steps))
+    return jax.lax.scan(step, env_state, jax.random.split(key, args.num_steps))
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -390,8 +425,9 @@ def compute_gae(transitions: Transition, last_value, gamma: float, gae_lambda: f
 
     def step(next_advantage, xs):
         reward, value, next_value, terminated, truncated = xs
-        delta = reward + gamma * (1.0 - terminated) * next_value - value
-        advantage = delta + gamma * gae_lambda * (1.0 - (terminated | truncated)) * next_advantage
+        done = (terminated | truncated).astype(jnp.float32)
+        delta = reward + gamma * (1.0 - terminated.astype(jnp.float32)) * next_value - value
+        advantage = delta + gamma * gae_lambda * (1.0 - done) * next_advantage
         return advantage, advantage
 
     xs = (transitions.reward, transitions.value, next_values, transitions.terminated, transitions.truncated)
@@ -409,21 +445,19 @@ class Batch(NamedTuple):
     valid: jax.Array  # float 1.0 for experiences of the policy, 0.0 for reset transitions
 
 
-def collect(params, env_state: EnvState, key, *, apply_fn, args: Args, **step_kwargs):
+def collect(params, env_state: EnvState, key, *, env: EnvFunctions, apply_fn, args: Args):
     """Rollout and advantages, flattened into one batch of `num_steps * num_envs` experiences."""
-    env_state, (transitions, episode_end) = rollout(
-        params, env_state, key, num_steps=args.num_steps, apply_fn=apply_fn, args=args, **step_kwargs
-    )
+    env_state, (transitions, episode_end) = rollout(params, env_state, key, env=env, apply_fn=apply_fn, args=args)
     _, _, last_value = apply_fn(params, env_state.obs)
     advantages, targets = compute_gae(transitions, last_value, args.gamma, args.gae_lambda)
     batch = Batch(
-        transitions.obs,
-        transitions.action,
-        transitions.log_prob,
-        transitions.value,
-        advantages,
-        targets,
-        (~transitions.is_reset).astype(jnp.float32),
+        obs=transitions.obs,
+        action=transitions.action,
+        log_prob=transitions.log_prob,
+        value=transitions.value,
+        advantage=advantages,
+        target=targets,
+        valid=(~transitions.is_reset).astype(jnp.float32),
     )
     batch = jax.tree.map(lambda x: x.reshape((-1,) + x.shape[2:]), batch)
     num_episodes = episode_end.done.sum()
@@ -440,16 +474,12 @@ def collect(params, env_state: EnvState, key, *, apply_fn, args: Args, **step_kw
 
 def make_collect_fn(args: Args, envs, xla_step, apply_fn):
     """`collect` compiled for these environments: (params, env_state, key) -> (env_state, batch, stats)."""
-    return jax.jit(
-        partial(
-            collect,
-            apply_fn=apply_fn,
-            args=args,
-            xla_step=xla_step,
-            action_low=jnp.asarray(envs.action_space.low, jnp.float32),
-            action_high=jnp.asarray(envs.action_space.high, jnp.float32),
-        )
+    env = EnvFunctions(
+        xla_step,
+        jnp.asarray(envs.action_space.low, jnp.float32),
+        jnp.asarray(envs.action_space.high, jnp.float32),
     )
+    return jax.jit(partial(collect, env=env, apply_fn=apply_fn, args=args))
 
 
 def weighted_mean(x, weight):
@@ -559,10 +589,10 @@ def load_checkpoint(path: str) -> dict:
         with open(path, "rb") as f:
             checkpoint = flax.serialization.msgpack_restore(f.read())
         saved = json.loads(checkpoint["args"])
+        saved["hidden_sizes"] = tuple(saved["hidden_sizes"])
+        checkpoint["args"] = Args(**saved)
     except (OSError, ValueError, KeyError, TypeError) as error:
         sys.exit(f"error: cannot read a model from {path}: {error}")
-    saved["hidden_sizes"] = tuple(saved["hidden_sizes"])
-    checkpoint["args"] = Args(**saved)
     return checkpoint
 
 
@@ -606,19 +636,18 @@ def evaluate(args: Args, params, obs_rms: RunningMeanStd, num_episodes: int, vid
     obs, _ = envs.reset()
     returns, lengths = np.zeros(num_episodes), np.zeros(num_episodes, int)
     done = np.zeros(num_episodes, bool)
-    frames = []
+    frames = [envs.render()[0]] if video_path else []
     while not done.all():
-        if video_path and not done[0]:
-            frames.append(envs.render()[0])
         action = np.clip(np.asarray(policy(obs)), envs.action_space.low, envs.action_space.high)
         obs, reward, terminated, truncated, _ = envs.step(action.astype(np.float64))
+        if video_path and not done[0]:  # render before the late reset replaces the final state
+            frames.append(envs.render()[0])
         returns += np.where(done, 0.0, reward)
         lengths += ~done
         done |= terminated | truncated
     if video_path:
         import imageio.v3 as iio
 
-        frames.append(envs.render()[0])  # the final observation of the episode
         os.makedirs(os.path.dirname(video_path), exist_ok=True)
         with warnings.catch_warnings():  # JAX warns of any fork; ffmpeg's is followed at once by exec
             warnings.filterwarnings("ignore", "os.fork", RuntimeWarning)
@@ -667,6 +696,7 @@ def progress_reporter(total_steps: int, start_step: int):
 
 
 def first_nonfinite(losses: dict, params_finite) -> str | None:
+    """The name of the first non-finite loss or parameter (`params_finite`: a tree of bools), or None."""
     for name, value in losses.items():
         if not np.isfinite(value):
             return f"losses/{name} = {value}"
@@ -677,10 +707,14 @@ def first_nonfinite(losses: dict, params_finite) -> str | None:
 
 
 def train(args: Args, writer, stop: StopRequest | None = None, checkpoint: dict | None = None) -> TrainResult:
+    """PPO from `args`, or from `checkpoint` on. Stops early at a non-finite value or when `stop` is set."""
     envs, handle, xla_step = make_envs(args)
     first_obs, _ = envs.reset()
-    # Set-up runs once, but compiled it takes a fraction of the time that op-by-op dispatch would.
-    env_state = jax.jit(init_env_state, static_argnums=2)(handle, first_obs, args.norm_obs)
+    statistics = {}
+    if checkpoint is not None:
+        statistics = {name: RunningMeanStd(**checkpoint[name]) for name in ("obs_rms", "return_rms")}
+    # Jitted although they run once: compiled, they are faster than dispatching their ops one by one.
+    env_state = jax.jit(init_env_state, static_argnums=2)(handle, first_obs, args.norm_obs, **statistics)
     network = ActorCritic(action_dim=envs.action_space.shape[0], hidden_sizes=tuple(args.hidden_sizes))
     optimizer, learning_rate = make_optimizer(args)
     train_state = TrainState.create(
@@ -691,12 +725,7 @@ def train(args: Args, writer, stop: StopRequest | None = None, checkpoint: dict 
     global_step = 0
     if checkpoint is not None:
         train_state = flax.serialization.from_state_dict(train_state, checkpoint["train_state"])
-        env_state = env_state.replace(
-            obs_rms=RunningMeanStd(**checkpoint["obs_rms"]), return_rms=RunningMeanStd(**checkpoint["return_rms"])
-        )
         global_step = int(checkpoint["global_step"])
-    # A resumed run draws the same random numbers as an uninterrupted one would from here on.
-    key = jax.random.fold_in(jax.random.PRNGKey(args.seed), global_step)
 
     collect_fn = make_collect_fn(args, envs, xla_step, network.apply)
     update_epoch_fn = jax.jit(partial(update_epoch, args=args))
@@ -706,11 +735,12 @@ def train(args: Args, writer, stop: StopRequest | None = None, checkpoint: dict 
     first_iteration = global_step // args.batch_size + 1
     with progress_reporter(args.num_iterations * args.batch_size, global_step) as report:
         for iteration in range(first_iteration, args.num_iterations + 1):
-            key, collect_key = jax.random.split(key)
+            # Keys derive from the iteration, so a resumed run samples its policy noise as the original would.
+            iteration_key = jax.random.fold_in(jax.random.PRNGKey(args.seed), iteration)
+            collect_key, *epoch_keys = jax.random.split(iteration_key, 1 + args.update_epochs)
+            last_finite = (train_state, env_state)
             env_state, batch, stats = collect_fn(train_state.params, env_state, collect_key)
-            last_finite_state = train_state
-            for _epoch in range(args.update_epochs):
-                key, epoch_key = jax.random.split(key)
+            for epoch_key in epoch_keys:
                 train_state, losses = update_epoch_fn(train_state, batch, epoch_key)
                 if args.target_kl is not None and float(losses["approx_kl"]) > args.target_kl:
                     break
@@ -722,10 +752,11 @@ def train(args: Args, writer, stop: StopRequest | None = None, checkpoint: dict 
             failure = first_nonfinite(losses, params_finite)
             if failure:
                 failure = f"{failure} at iteration {iteration} (global_step {global_step})"
-                return TrainResult(last_finite_state, env_state, global_step - args.batch_size, failure)
+                return TrainResult(*last_finite, global_step - args.batch_size, failure)
 
             sps = int((global_step - start_step) / (time.time() - start_time))
-            if stats["num_episodes"] > 0:
+            has_episodes = stats["num_episodes"] > 0
+            if has_episodes:
                 writer.add_scalar("charts/episodic_return", stats["episodic_return"], global_step)
                 writer.add_scalar("charts/episodic_length", stats["episodic_length"], global_step)
             writer.add_scalar("charts/learning_rate", float(learning_rate(step_count)), global_step)
@@ -733,7 +764,7 @@ def train(args: Args, writer, stop: StopRequest | None = None, checkpoint: dict 
                 writer.add_scalar(f"losses/{name}", value, global_step)
             writer.add_scalar("losses/explained_variance", stats["explained_variance"], global_step)
             writer.add_scalar("charts/SPS", sps, global_step)
-            episodic = f"{stats['episodic_return']:.1f}" if stats["num_episodes"] else "-"
+            episodic = f"{stats['episodic_return']:.1f}" if has_episodes else "-"
             report(
                 global_step,
                 f"iteration={iteration}/{args.num_iterations} global_step={global_step} return={episodic} SPS={sps}",
@@ -792,10 +823,13 @@ def run_training(args: Args, checkpoint: dict | None):
         "|param|value|\n|-|-|\n" + "\n".join(f"|{key}|{value}|" for key, value in asdict(args).items()),
     )
     stop = StopRequest()
-    signal.signal(signal.SIGINT, stop)
-    signal.signal(signal.SIGTERM, stop)
+    handlers = {signum: signal.signal(signum, stop) for signum in (signal.SIGINT, signal.SIGTERM)}
     try:
-        result = train(args, writer, stop, checkpoint)
+        try:
+            result = train(args, writer, stop, checkpoint)
+        finally:  # from here on, Ctrl-C interrupts the save and evaluation as usual
+            for signum, handler in handlers.items():
+                signal.signal(signum, handler)
         if args.save_model:
             save_checkpoint(model_path, args, result.train_state, result.env_state, result.global_step)
             print(f"model saved to {model_path}")

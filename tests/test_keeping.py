@@ -127,7 +127,7 @@ def test_resume_refuses_a_different_task(saved_run, tmp_path):
     result = run_script("--resume", str(run_dir / "ppo_continuous_envpool_jax.model"), "--env-id", "Ant-v4",
                         cwd=tmp_path)  # fmt: skip
     assert result.returncode != 0
-    assert result.stderr.strip() == "error: --env-id Ant-v4 differs from the saved model's"
+    assert result.stderr.strip() == "error: --env-id Ant-v4 differs from the saved model's Hopper-v4"
 
 
 def test_non_finite_loss_stops_with_the_iteration_and_quantity_and_keeps_the_last_finite_model(tmp_path):
