@@ -56,6 +56,8 @@ def test_evaluate_from_the_file_matches_the_in_memory_evaluation_logged_at_the_e
     assert float(mean) == pytest.approx(logged, abs=0.051)  # printed with one decimal
 
 
+# Reading the MP4 starts ffmpeg by fork and exec, which JAX (imported here) warns about; nothing runs in between.
+@pytest.mark.filterwarnings("ignore:os.fork:RuntimeWarning")
 def test_capture_video_records_the_evaluation_episode(saved_run, tmp_path):
     run_dir, _ = saved_run
     model_path = str(run_dir / "ppo_continuous_envpool_jax.model")
