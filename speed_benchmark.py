@@ -17,7 +17,6 @@ import time
 
 PROCESS_START = time.perf_counter()
 
-import envpool
 import numpy as np
 
 import ppo_continuous_envpool_jax as ppo
@@ -26,9 +25,7 @@ IMPORT_SECONDS = time.perf_counter() - PROCESS_START
 
 
 def raw_envpool_steps_per_second(args: ppo.Args, num_chunks: int, steps_per_chunk: int) -> list[float]:
-    envs = envpool.make(
-        args.env_id, env_type="gymnasium", num_envs=args.num_envs, num_threads=args.num_threads, seed=args.seed
-    )
+    envs, _handle, _xla_step = ppo.make_envs(args)  # exactly the training's task, num_envs and threads
     envs.reset()
     space = envs.action_space
     rng = np.random.default_rng(args.seed)
