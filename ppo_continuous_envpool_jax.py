@@ -32,6 +32,12 @@ from flax.training.train_state import TrainState
 # this script trained silently wrong (the return never rose, no error), and for 64x64 MLPs the CPU is as
 # fast anyway. Until a closed-loop check on a GPU proves otherwise, we do not offer that path.
 jax.config.update("jax_platforms", "cpu")
+# Compiled programs are kept on disk, so the next run with the same shapes loads its set-up and update
+# instead of compiling them (the rollout embeds this process's EnvPool, so it is compiled every run).
+# JAX_COMPILATION_CACHE_DIR picks another folder; JAX_ENABLE_COMPILATION_CACHE=false turns it off.
+if jax.config.jax_compilation_cache_dir is None:
+    jax.config.update("jax_compilation_cache_dir", os.path.expanduser("~/.cache/ppo_continuous_envpool_jax"))
+jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
 
 VIDEO_SIZE = (320, 240)  # width, height
 VIDEO_FPS = 30
@@ -89,6 +95,8 @@ class Args:
     """the K epochs to update the policy"""
     norm_adv: bool = True
     """toggles advantages normalization (per minibatch; on, unlike tianshou: Hopper 2584 vs 2087, see README)"""
+    recompute_adv: bool = True
+    """recompute advantages and value targets with the current critic before each epoch after the first (tianshou)"""
     clip_coef: float = 0.2
     """the surrogate clipping coefficient"""
     clip_vloss: bool = False
@@ -445,21 +453,27 @@ class Batch(NamedTuple):
     valid: jax.Array  # float 1.0 for experiences of the policy, 0.0 for reset transitions
 
 
-def collect(params, env_state: EnvState, key, *, env: EnvFunctions, apply_fn, args: Args):
-    """Rollout and advantages, flattened into one batch of `num_steps * num_envs` experiences."""
-    env_state, (transitions, episode_end) = rollout(params, env_state, key, env=env, apply_fn=apply_fn, args=args)
-    _, _, last_value = apply_fn(params, env_state.obs)
-    advantages, targets = compute_gae(transitions, last_value, args.gamma, args.gae_lambda)
+def make_batch(transitions: Transition, values, last_value, args: Args) -> Batch:
+    """Advantages and value targets from the critic's `values` (T, N) and `last_value` (N,), flattened into
+    one batch of `num_steps * num_envs` experiences."""
+    advantages, targets = compute_gae(transitions._replace(value=values), last_value, args.gamma, args.gae_lambda)
     batch = Batch(
         obs=transitions.obs,
         action=transitions.action,
         log_prob=transitions.log_prob,
-        value=transitions.value,
+        value=values,
         advantage=advantages,
         target=targets,
         valid=(~transitions.is_reset).astype(jnp.float32),
     )
-    batch = jax.tree.map(lambda x: x.reshape((-1,) + x.shape[2:]), batch)
+    return jax.tree.map(lambda x: x.reshape((-1,) + x.shape[2:]), batch)
+
+
+def collect(params, env_state: EnvState, key, *, env: EnvFunctions, apply_fn, args: Args):
+    """Rollout and the first epoch's batch; the transitions (T, N) are returned too, for `recompute_batch`."""
+    env_state, (transitions, episode_end) = rollout(params, env_state, key, env=env, apply_fn=apply_fn, args=args)
+    _, _, last_value = apply_fn(params, env_state.obs)
+    batch = make_batch(transitions, transitions.value, last_value, args)
     num_episodes = episode_end.done.sum()
     stats = {
         "num_episodes": num_episodes,
@@ -469,16 +483,23 @@ def collect(params, env_state: EnvState, key, *, env: EnvFunctions, apply_fn, ar
         / jnp.maximum(num_episodes, 1),
         "explained_variance": explained_variance(batch.value, batch.target, batch.valid),
     }
-    return env_state, batch, stats
+    return env_state, transitions, batch, stats
+
+
+def recompute_batch(params, transitions: Transition, last_obs, *, apply_fn, args: Args) -> Batch:
+    """The batch again, with advantages and targets from the critic as it is now (tianshou's recompute_advantage).
+
+    With 32-step rollouts most of each advantage is the critic's bootstrap, so an epoch's better critic
+    gives the next epoch better advantages (Hopper-v4: 2508 +- 590 against 2192 +- 880 over 6 seeds).
+    """
+    values = apply_fn(params, transitions.obs)[2]
+    last_value = apply_fn(params, last_obs)[2]
+    return make_batch(transitions, values, last_value, args)
 
 
 def make_collect_fn(args: Args, envs, xla_step, apply_fn):
-    """`collect` compiled for these environments: (params, env_state, key) -> (env_state, batch, stats)."""
-    env = EnvFunctions(
-        xla_step,
-        jnp.asarray(envs.action_space.low, jnp.float32),
-        jnp.asarray(envs.action_space.high, jnp.float32),
-    )
+    """`collect` compiled for these environments: (params, env_state, key) -> (env_state, transitions, batch, stats)."""
+    env = EnvFunctions(xla_step, envs.action_space.low.astype(np.float32), envs.action_space.high.astype(np.float32))
     return jax.jit(partial(collect, env=env, apply_fn=apply_fn, args=args))
 
 
@@ -533,9 +554,8 @@ def ppo_loss(params, apply_fn, batch: Batch, args: Args):
     return loss, metrics
 
 
-def update_epoch(train_state: TrainState, batch: Batch, key, *, args: Args):
-    """One pass over the batch in shuffled minibatches; returns the minibatch-mean metrics."""
-    permutation = jax.random.permutation(key, args.batch_size)
+def update_epoch(train_state: TrainState, batch: Batch, permutation, *, args: Args):
+    """One pass over the batch in minibatches, in the order of `permutation`; returns the minibatch-mean metrics."""
     minibatches = jax.tree.map(
         lambda x: x[permutation].reshape((args.num_minibatches, args.minibatch_size) + x.shape[1:]), batch
     )
@@ -710,45 +730,55 @@ def train(args: Args, writer, stop: StopRequest | None = None, checkpoint: dict 
     """PPO from `args`, or from `checkpoint` on. Stops early at a non-finite value or when `stop` is set."""
     envs, handle, xla_step = make_envs(args)
     first_obs, _ = envs.reset()
+    network = ActorCritic(action_dim=envs.action_space.shape[0], hidden_sizes=tuple(args.hidden_sizes))
+    optimizer, learning_rate = make_optimizer(args)
+
+    # Compiled as one program although it runs once: every op run eagerly would be compiled on its own.
+    @jax.jit
+    def init_states(handle, first_obs, statistics):
+        env_state = init_env_state(handle, first_obs, args.norm_obs, **statistics)
+        params = network.init(jax.random.PRNGKey(args.seed), env_state.obs)
+        return env_state, TrainState.create(apply_fn=network.apply, params=params, tx=optimizer)
+
     statistics = {}
     if checkpoint is not None:
         statistics = {name: RunningMeanStd(**checkpoint[name]) for name in ("obs_rms", "return_rms")}
-    # Jitted although they run once: compiled, they are faster than dispatching their ops one by one.
-    env_state = jax.jit(init_env_state, static_argnums=2)(handle, first_obs, args.norm_obs, **statistics)
-    network = ActorCritic(action_dim=envs.action_space.shape[0], hidden_sizes=tuple(args.hidden_sizes))
-    optimizer, learning_rate = make_optimizer(args)
-    train_state = TrainState.create(
-        apply_fn=network.apply,
-        params=jax.jit(network.init)(jax.random.PRNGKey(args.seed), env_state.obs),
-        tx=optimizer,
-    )
+    env_state, train_state = init_states(handle, first_obs, statistics)
     global_step = 0
     if checkpoint is not None:
         train_state = flax.serialization.from_state_dict(train_state, checkpoint["train_state"])
         global_step = int(checkpoint["global_step"])
 
     collect_fn = make_collect_fn(args, envs, xla_step, network.apply)
+    recompute_batch_fn = jax.jit(partial(recompute_batch, apply_fn=network.apply, args=args))
     update_epoch_fn = jax.jit(partial(update_epoch, args=args))
-    all_finite = jax.jit(lambda tree: jax.tree.map(lambda x: jnp.isfinite(x).all(), tree))
 
+    @jax.jit
+    def summarize(train_state):
+        """What the log needs of the train state: which parameters are finite, the current learning rate."""
+        return jax.tree.map(lambda x: jnp.isfinite(x).all(), train_state.params), learning_rate(train_state.step)
+
+    base_key = jax.random.PRNGKey(args.seed)
     start_time, start_step = time.time(), global_step
     first_iteration = global_step // args.batch_size + 1
     with progress_reporter(args.num_iterations * args.batch_size, global_step) as report:
         for iteration in range(first_iteration, args.num_iterations + 1):
             # Keys derive from the iteration, so a resumed run samples its policy noise as the original would.
-            iteration_key = jax.random.fold_in(jax.random.PRNGKey(args.seed), iteration)
-            collect_key, *epoch_keys = jax.random.split(iteration_key, 1 + args.update_epochs)
+            iteration_key = jax.random.fold_in(base_key, iteration)
+            # Minibatches are shuffled on the host: XLA's CPU sort makes jax.random.permutation cost a sixth
+            # of each epoch, NumPy's shuffle next to nothing.
+            shuffler = np.random.default_rng((args.seed, iteration))
             last_finite = (train_state, env_state)
-            env_state, batch, stats = collect_fn(train_state.params, env_state, collect_key)
-            for epoch_key in epoch_keys:
-                train_state, losses = update_epoch_fn(train_state, batch, epoch_key)
+            env_state, transitions, batch, stats = collect_fn(train_state.params, env_state, iteration_key)
+            for epoch in range(args.update_epochs):
+                if epoch > 0 and args.recompute_adv:
+                    batch = recompute_batch_fn(train_state.params, transitions, env_state.obs)
+                train_state, losses = update_epoch_fn(train_state, batch, shuffler.permutation(args.batch_size))
                 if args.target_kl is not None and float(losses["approx_kl"]) > args.target_kl:
                     break
             global_step += args.batch_size
 
-            stats, losses, params_finite, step_count = jax.device_get(
-                (stats, losses, all_finite(train_state.params), train_state.step)
-            )
+            stats, losses, (params_finite, lr) = jax.device_get((stats, losses, summarize(train_state)))
             failure = first_nonfinite(losses, params_finite)
             if failure:
                 failure = f"{failure} at iteration {iteration} (global_step {global_step})"
@@ -759,7 +789,7 @@ def train(args: Args, writer, stop: StopRequest | None = None, checkpoint: dict 
             if has_episodes:
                 writer.add_scalar("charts/episodic_return", stats["episodic_return"], global_step)
                 writer.add_scalar("charts/episodic_length", stats["episodic_length"], global_step)
-            writer.add_scalar("charts/learning_rate", float(learning_rate(step_count)), global_step)
+            writer.add_scalar("charts/learning_rate", lr, global_step)
             for name, value in losses.items():
                 writer.add_scalar(f"losses/{name}", value, global_step)
             writer.add_scalar("losses/explained_variance", stats["explained_variance"], global_step)

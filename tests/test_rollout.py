@@ -18,7 +18,7 @@ def collect_once(cli_args):
     network = ppo.ActorCritic(envs.action_space.shape[0], tuple(args.hidden_sizes))
     params = network.init(jax.random.PRNGKey(0), env_state.obs)
     collect = ppo.make_collect_fn(args, envs, xla_step, network.apply)
-    env_state, batch, stats = collect(params, env_state, jax.random.PRNGKey(1))
+    env_state, _transitions, batch, stats = collect(params, env_state, jax.random.PRNGKey(1))
     return args, envs, params, env_state, batch, stats
 
 
