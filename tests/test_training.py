@@ -1,12 +1,16 @@
 """End-to-end: the command line, its logs, learning on an easy task, determinism and bad input."""
 
+import os
+import subprocess
+import sys
+
 import envpool
 import numpy as np
 import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 import ppo_continuous_envpool_jax as ppo
-from tests.support import SMALL, only_run_dir, run_script
+from tests.support import SCRIPT, SMALL, only_run_dir, run_script, scalars
 
 METRICS = [
     "charts/episodic_return",
@@ -81,6 +85,38 @@ def test_same_seed_gives_identical_metrics():
     del first.scalars["charts/SPS"], second.scalars["charts/SPS"]
     assert first.scalars == second.scalars
     assert len(first.scalars["losses/value_loss"]) == 4
+
+
+def test_a_run_from_the_compilation_cache_logs_what_the_compiling_run_did(tmp_path):
+    """The second run loads its set-up and update programs from the persistent cache the first one filled."""
+    cache = tmp_path / "cache"
+    env = dict(os.environ, JAX_COMPILATION_CACHE_DIR=str(cache))
+    cli_args = ["--env-id", "Hopper-v4", "--total-timesteps", "1024", "--seed", "5", *SMALL]
+    logged = []
+    for name in ("cold", "warm"):
+        (tmp_path / name).mkdir()
+        result = run_script(*cli_args, cwd=tmp_path / name, env=env)
+        assert result.returncode == 0, result.stderr
+        if name == "cold":
+            cached = sorted(path.name.split("-")[0] for path in cache.iterdir())
+            assert "jit_update_epoch" in cached and "jit_init_states" in cached
+        run_dir = only_run_dir(tmp_path / name)
+        logged.append({tag: [value for _, value in scalars(run_dir, tag)] for tag in METRICS if tag != "charts/SPS"})
+    assert logged[0] == logged[1]
+    assert len(logged[0]["losses/value_loss"]) == 2
+
+
+def test_the_quick_envpool_import_registers_every_mujoco_task():
+    """The script skips EnvPool's import of every family; its MuJoCo registry must still be complete."""
+    code = (
+        "import sys, ppo_continuous_envpool_jax as ppo; "
+        "print(ppo.mujoco_env_ids(), 'envpool.jumanji' in sys.modules, 'matplotlib' in sys.modules)"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=SCRIPT.parent)
+    # This test module imported envpool itself first, so here the registry is EnvPool's full one.
+    assert "envpool.jumanji" in sys.modules
+    assert result.stdout.strip() == f"{ppo.mujoco_env_ids()} False False"
+    assert "HalfCheetah-v4" in ppo.mujoco_env_ids()
 
 
 @pytest.mark.parametrize(
