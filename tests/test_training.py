@@ -87,6 +87,20 @@ def test_same_seed_gives_identical_metrics():
     assert len(first.scalars["losses/value_loss"]) == 4
 
 
+def test_recompute_adv_changes_only_the_epochs_after_the_first():
+    """--recompute-adv rebuilds the batch with the updated critic before epochs 2, 3, ...: with one epoch per
+    iteration it must change nothing, with two it must change the losses."""
+
+    def losses(*extra):
+        cli_args = ["--env-id", "Hopper-v4", "--total-timesteps", "1024", "--seed", "3", *SMALL, *extra]
+        writer = RecordingWriter()
+        ppo.train(ppo.parse_args(cli_args)[0], writer)
+        return writer.scalars["losses/value_loss"], writer.scalars["losses/policy_loss"]
+
+    assert losses("--update-epochs", "1") == losses("--update-epochs", "1", "--recompute-adv")
+    assert losses("--update-epochs", "2") != losses("--update-epochs", "2", "--recompute-adv")
+
+
 def test_a_run_from_the_compilation_cache_logs_what_the_compiling_run_did(tmp_path):
     """The second run loads its set-up and update programs from the persistent cache the first one filled."""
     cache = tmp_path / "cache"
