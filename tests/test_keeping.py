@@ -119,7 +119,8 @@ def test_resume_continues_steps_optimizer_and_learning_rate_schedule(tmp_path):
     updates_per_iteration, num_updates = 2 * 4, (total // 512) * 2 * 4
     for step, lr in resumed:
         count = step // 512 * updates_per_iteration
-        assert lr == pytest.approx(3e-4 * (1 - count / num_updates), rel=1e-5)
+        # float32 in the compiled schedule: the last value is 0 to within ~1e-11, not exactly.
+        assert lr == pytest.approx(3e-4 * (1 - count / num_updates), rel=1e-5, abs=1e-9)
     checkpoint = ppo.load_checkpoint(str(model_path))
     assert checkpoint["global_step"] == total and checkpoint["train_state"]["step"] == total // 512 * 8
 
