@@ -234,6 +234,17 @@ def env_step(xla_step, handle, action):
     return handle, obs, reward.astype(jnp.float32), terminated, truncated
 
 
+def to_env_action(action, low, high):
+    """The policy acts in [-1, 1] in every dimension; clip there and map onto the task's bounds.
+
+    So its Gaussian starts with the same spread relative to the range on every task: Humanoid's bounds are
+    +-0.4, and a unit standard deviation in raw units would mostly be clipped into bang-bang control. EnvPool
+    charges the control cost on the action as sent, so out-of-bounds samples must not reach it. With bounds
+    of +-1 (most MuJoCo tasks) this is exactly a clip to [-1, 1].
+    """
+    return (high + low) / 2 + (high - low) / 2 * jnp.clip(action, -1.0, 1.0)
+
+
 class RunningMeanStd(NamedTuple):
     mean: jax.Array
     var: jax.Array
@@ -354,7 +365,7 @@ class EnvFunctions(NamedTuple):
 
 class Transition(NamedTuple):
     obs: jax.Array  # (N, obs_dim) what the policy saw
-    action: jax.Array  # (N, act_dim) the unclipped sample, so its log-probability is exact
+    action: jax.Array  # (N, act_dim) the unclipped, unscaled sample, so its log-probability is exact
     log_prob: jax.Array  # (N,)
     value: jax.Array  # (N,)
     reward: jax.Array  # (N,) scaled when --scale-reward
@@ -373,9 +384,8 @@ def rollout_step(params, env_state: EnvState, key, *, env: EnvFunctions, apply_f
     mean, log_std, value = apply_fn(params, env_state.obs)
     action = mean + jnp.exp(log_std) * jax.random.normal(key, mean.shape)
     log_prob = gaussian_log_prob(mean, log_std, action)
-    # EnvPool charges the control cost on the action as sent, so out-of-bounds samples are clipped first.
     handle, next_obs, reward, terminated, truncated = env_step(
-        env.xla_step, env_state.handle, jnp.clip(action, env.action_low, env.action_high)
+        env.xla_step, env_state.handle, to_env_action(action, env.action_low, env.action_high)
     )
 
     # On a reset step EnvPool ignored the action and returned reward 0: that reward counts towards no return
@@ -663,15 +673,15 @@ def evaluate(args: Args, params, obs_rms: RunningMeanStd, num_episodes: int, vid
     @jax.jit
     def policy(obs):
         obs = obs.astype(jnp.float32)
-        return network.apply(params, standardize(obs_rms, obs) if args.norm_obs else obs)[0]
+        mean = network.apply(params, standardize(obs_rms, obs) if args.norm_obs else obs)[0]
+        return to_env_action(mean, envs.action_space.low, envs.action_space.high)
 
     obs, _ = envs.reset()
     returns, lengths = np.zeros(num_episodes), np.zeros(num_episodes, int)
     done = np.zeros(num_episodes, bool)
     frames = [envs.render()[0]] if video_path else []
     while not done.all():
-        action = np.clip(np.asarray(policy(obs)), envs.action_space.low, envs.action_space.high)
-        obs, reward, terminated, truncated, _ = envs.step(action.astype(np.float64))
+        obs, reward, terminated, truncated, _ = envs.step(np.asarray(policy(obs), np.float64))
         if video_path and not done[0]:  # render before the late reset replaces the final state
             frames.append(envs.render()[0])
         returns += np.where(done, 0.0, reward)

@@ -4,6 +4,7 @@ import envpool
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 import ppo_continuous_envpool_jax as ppo
 
@@ -22,19 +23,23 @@ def collect_once(cli_args):
     return args, envs, params, env_state, batch, stats
 
 
-def hopper_args(*extra):
-    # Hopper terminates often under a random policy, so the rollout holds many late resets.
+def small_args(*extra, env_id="Hopper-v4"):
+    # Hopper and Humanoid terminate often under a random policy, so the rollout holds many late resets.
     size = ["--num-envs", str(NUM_ENVS), "--num-steps", str(NUM_STEPS), "--num-minibatches", "1"]
-    return ["--env-id", "Hopper-v4", "--seed", "3", *size, "--total-timesteps", str(NUM_ENVS * NUM_STEPS), *extra]
+    return ["--env-id", env_id, "--seed", "3", *size, "--total-timesteps", str(NUM_ENVS * NUM_STEPS), *extra]
 
 
-def test_closed_loop_rollout_replays_exactly_through_the_numpy_api():
+@pytest.mark.parametrize("env_id", ["Hopper-v4", "Humanoid-v4"])  # action bounds +-1 and +-0.4
+def test_closed_loop_rollout_replays_exactly_through_the_numpy_api(env_id):
     """Each action was computed from the observation just received; replaying the recorded actions through
     EnvPool's NumPy API from the same seed must give the same observations, episode ends and returns.
 
-    The returns also check the action clipping: MuJoCo clamps the controls itself, so the observations
-    would agree without it, but EnvPool's control cost is charged on the action as sent."""
-    args, _envs, _params, _env_state, batch, stats = collect_once(hopper_args("--no-norm-obs", "--no-scale-reward"))
+    The returns also check what is sent: the sample clipped to [-1, 1] and scaled to the bounds. MuJoCo
+    clamps the controls itself, so Hopper's observations would agree without the clip, but EnvPool's
+    control cost is charged on the action as sent; Humanoid's would not agree without the scaling."""
+    args, _envs, _params, _env_state, batch, stats = collect_once(
+        small_args("--no-norm-obs", "--no-scale-reward", env_id=env_id)
+    )
     obs_seen = np.asarray(batch.obs).reshape(NUM_STEPS, NUM_ENVS, -1)
     actions = np.asarray(batch.action).reshape(NUM_STEPS, NUM_ENVS, -1)
     valid = np.asarray(batch.valid).reshape(NUM_STEPS, NUM_ENVS)
@@ -42,14 +47,15 @@ def test_closed_loop_rollout_replays_exactly_through_the_numpy_api():
 
     replay = envpool.make(args.env_id, env_type="gymnasium", num_envs=NUM_ENVS, seed=args.seed)
     obs, _ = replay.reset()
-    low, high = replay.action_space.low, replay.action_space.high
+    bound = replay.action_space.high
+    np.testing.assert_array_equal(replay.action_space.low, -bound)  # symmetric, as for every MuJoCo task
     previous_done = np.zeros(NUM_ENVS, bool)
     episode_return = np.zeros(NUM_ENVS)
     finished_returns, finished_lengths, episode_length = [], [], np.zeros(NUM_ENVS, int)
     for t in range(NUM_STEPS):
         np.testing.assert_array_equal(obs_seen[t], obs.astype(np.float32), err_msg=f"step {t}")
         np.testing.assert_array_equal(valid[t], ~previous_done, err_msg=f"step {t}")
-        action = np.clip(actions[t], low, high).astype(np.float64)
+        action = (np.clip(actions[t], -1.0, 1.0) * bound.astype(np.float32)).astype(np.float64)
         obs, reward, terminated, truncated, _ = replay.step(action)
         episode_return = np.where(previous_done, 0.0, episode_return + reward)
         episode_length = np.where(previous_done, 0, episode_length + 1)
@@ -68,7 +74,7 @@ def all_arrays(tree):
 
 def test_nothing_float64_leaves_the_env_boundary():
     # Keep `envs` bound: EnvPool must outlive every computation that holds its handle.
-    args, _envs, params, env_state, batch, stats = collect_once(hopper_args())
+    args, _envs, params, env_state, batch, stats = collect_once(small_args())
     floats = [a for a in all_arrays((params, env_state, batch, stats)) if jnp.issubdtype(a.dtype, jnp.floating)]
     assert floats and all(a.dtype == jnp.float32 for a in floats)
     optimizer, _ = ppo.make_optimizer(args)
