@@ -10,6 +10,9 @@ sees it: the training script is started as a new process and timed until it prin
 line, once with an empty compilation cache (cold: everything is compiled) and twice more with the cache
 that run left (warm: only the rollout, which embeds the process's EnvPool, is compiled again). Flags
 after `--` go to the training script.
+
+With --phases it also times the parts of an iteration on their own (each waited for before the next
+starts): the rollout with its first batch, one update epoch, one advantage recomputation.
 """
 
 import argparse
@@ -21,10 +24,13 @@ import subprocess
 import sys
 import tempfile
 import time
+from functools import partial
 
 PROCESS_START = time.perf_counter()
 
+import jax
 import numpy as np
+from flax.training.train_state import TrainState
 
 import ppo_continuous_envpool_jax as ppo
 
@@ -62,6 +68,37 @@ def seconds_to_first_iteration(train_args: list[str], batch_size: int, cache_dir
     return seconds
 
 
+def phase_milliseconds(args: ppo.Args, iterations: int) -> dict[str, float]:
+    """Median milliseconds of each part of an iteration, the training loop's parts timed one at a time."""
+    envs, handle, xla_step = ppo.make_envs(args)
+    first_obs, _ = envs.reset()
+    network = ppo.ActorCritic(envs.action_space.shape[0], tuple(args.hidden_sizes))
+    env_state = ppo.init_env_state(handle, first_obs, args.norm_obs)
+    params = network.init(jax.random.PRNGKey(args.seed), env_state.obs)
+    train_state = TrainState.create(apply_fn=network.apply, params=params, tx=ppo.make_optimizer(args)[0])
+    collect = ppo.make_collect_fn(args, envs, xla_step, network.apply)
+    recompute = jax.jit(partial(ppo.recompute_batch, apply_fn=network.apply, args=args))
+    update = jax.jit(partial(ppo.update_epoch, args=args))
+    shuffler = np.random.default_rng(args.seed)
+    seconds = {"rollout and first batch": [], "update epoch": [], "advantage recomputation": []}
+
+    def timed(phase, function, *function_args):
+        start = time.perf_counter()
+        result = jax.block_until_ready(function(*function_args))
+        seconds[phase].append(time.perf_counter() - start)
+        return result
+
+    for iteration in range(iterations):
+        key = jax.random.PRNGKey(iteration)
+        env_state, transitions, batch, _ = timed("rollout and first batch", collect, train_state.params, env_state, key)
+        for epoch in range(args.update_epochs):
+            if epoch > 0 and args.recompute_adv:
+                batch = timed("advantage recomputation", recompute, train_state.params, transitions, env_state.obs)
+            train_state, _ = timed("update epoch", update, train_state, batch, shuffler.permutation(args.batch_size))
+    # The first call of each compiled it.
+    return {phase: 1e3 * statistics.median(values[1:]) for phase, values in seconds.items() if len(values) > 1}
+
+
 class IterationClock:
     """A TensorBoard writer stand-in that notes when each iteration finished logging."""
 
@@ -77,6 +114,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--env-id", default="HalfCheetah-v4")
     parser.add_argument("--iterations", type=int, default=60, help="training iterations to time")
+    parser.add_argument("--phases", action="store_true", help="also time the parts of an iteration on their own")
     parser.add_argument("train_args", nargs="*", help="flags for the training script, after --")
     options = parser.parse_args()
     args, _ = ppo.parse_args(["--env-id", options.env_id, *options.train_args])
@@ -97,6 +135,14 @@ def main():
     print(f"training steps/s (median of {len(iteration_seconds)} iterations):    {training:10.0f}")
     print(f"ratio training / raw:                            {training / raw_median:10.2f}")
     print(f"imports of the training script (jax, envpool, flax, ...): {IMPORT_SECONDS:5.2f} s")
+    if options.phases:
+        phases = phase_milliseconds(args, options.iterations)
+        raw_ms = 1e3 * args.batch_size / raw_median
+        print(
+            f"per iteration, each part timed alone (median ms; raw EnvPool for {args.batch_size} steps: {raw_ms:.1f}):"
+        )
+        for phase, milliseconds in phases.items():
+            print(f"  {phase:30s} {milliseconds:8.2f}")
 
     train_args = ["--env-id", options.env_id, *options.train_args]
     with tempfile.TemporaryDirectory() as cache_dir:
