@@ -19,7 +19,8 @@ def collect_once(cli_args):
     network = ppo.ActorCritic(envs.action_space.shape[0], tuple(args.hidden_sizes))
     params = network.init(jax.random.PRNGKey(0), env_state.obs)
     collect = ppo.make_collect_fn(args, envs, xla_step, network.apply)
-    env_state, _transitions, batch, stats = collect(params, env_state, jax.random.PRNGKey(1))
+    # Waited for: EnvPool must outlive the rollout, and JAX returns before the computation is done.
+    env_state, _transitions, batch, stats = jax.block_until_ready(collect(params, env_state, jax.random.PRNGKey(1)))
     return args, envs, params, env_state, batch, stats
 
 
