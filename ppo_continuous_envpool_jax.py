@@ -78,8 +78,8 @@ class Args:
     override them (not --env-id, --hidden-sizes, --norm-obs); a new --total-timesteps reshapes the lr schedule"""
 
     # The defaults are tianshou's MuJoCo PPO benchmark configuration (64 envs x 32 steps, 10 epochs of
-    # minibatches of 64, value coefficient 0.25, no value clipping, advantages recomputed every epoch), with
-    # advantage normalisation; see README.
+    # minibatches of 64, value coefficient 0.25, advantages recomputed every epoch), with advantage
+    # normalisation and CleanRL's clipped value loss; see README.
     env_id: str = "HalfCheetah-v4"
     """the id of an EnvPool MuJoCo task"""
     total_timesteps: int = 1_000_000
@@ -109,8 +109,9 @@ class Args:
     (tianshou's default; measured against off in the README)"""
     clip_coef: float = 0.2
     """the surrogate clipping coefficient"""
-    clip_vloss: bool = False
-    """toggles whether or not to use a clipped loss for the value function, as per the paper"""
+    clip_vloss: bool = True
+    """toggles whether or not to use a clipped loss for the value function, as per the paper (on, unlike
+    tianshou: see README)"""
     ent_coef: float = 0.0
     """coefficient of the entropy"""
     vf_coef: float = 0.25
