@@ -519,7 +519,11 @@ def recompute_batch(params, transitions: Transition, last_obs, *, apply_fn, args
 
 
 def make_collect_fn(args: Args, envs, xla_step, apply_fn):
-    """`collect` compiled for these environments: (params, env_state, key) -> (env_state, transitions, batch, stats)."""
+    """`collect` compiled for these environments: (params, env_state, key) -> (env_state, transitions, batch, stats).
+
+    Keep `envs` alive until its results are ready: JAX returns before the rollout ends, and a rollout whose
+    EnvPool was freed waits for it forever (seen in the tests; `train` holds `envs` to the end).
+    """
     env = EnvFunctions(xla_step, envs.action_space.low.astype(np.float32), envs.action_space.high.astype(np.float32))
     return jax.jit(partial(collect, env=env, apply_fn=apply_fn, args=args))
 
