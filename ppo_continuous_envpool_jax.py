@@ -40,6 +40,13 @@ from flax.training.train_state import TrainState
 # this script trained silently wrong (the return never rose, no error), and for 64x64 MLPs the CPU is as
 # fast anyway. Until a closed-loop check on a GPU proves otherwise, we do not offer that path.
 jax.config.update("jax_platforms", "cpu")
+# Two XLA:CPU settings for networks this small, read when JAX starts its CPU client (speed_benchmark.py:
+# an update epoch 1.84 -> 1.43 ms on 2 cores). One thread per program: splitting 64x64 kernels over cores
+# costs more in hand-offs than it gains, and EnvPool steps the environments on threads of its own. And
+# 512-bit vectors where the CPU has them (LLVM prefers 256 bits for CPUs that slow down on AVX-512).
+# Either is overridden from the environment: PJRT_NPROC, XLA_FLAGS=--xla_cpu_prefer_vector_width=256.
+os.environ.setdefault("PJRT_NPROC", "1")
+os.environ["XLA_FLAGS"] = "--xla_cpu_prefer_vector_width=512 " + os.environ.get("XLA_FLAGS", "")
 # Compiled programs are kept on disk, so the next run with the same shapes loads its set-up and update
 # instead of compiling them (the rollout embeds this process's EnvPool, so it is compiled every run).
 # JAX_COMPILATION_CACHE_DIR picks another folder; JAX_ENABLE_COMPILATION_CACHE=false turns it off.
@@ -786,48 +793,65 @@ def train(args: Args, writer, stop: StopRequest | None = None, checkpoint: dict 
         return jax.tree.map(lambda x: jnp.isfinite(x).all(), train_state.params), learning_rate(train_state.step)
 
     base_key = jax.random.PRNGKey(args.seed)
+
+    def run_iteration(train_state, env_state, iteration):
+        """Rollout, advantages and epochs, dispatched: JAX returns before they have run."""
+        # Keys derive from the iteration, so a resumed run samples its policy noise as the original would.
+        iteration_key = jax.random.fold_in(base_key, iteration)
+        # Minibatches are shuffled on the host: XLA's CPU sort makes jax.random.permutation cost a sixth of
+        # each epoch, NumPy's shuffle next to nothing.
+        shuffler = np.random.default_rng((args.seed, iteration))
+        env_state, transitions, batch, stats = collect_fn(train_state.params, env_state, iteration_key)
+        for epoch in range(args.update_epochs):
+            if epoch > 0 and args.recompute_adv:
+                batch = recompute_batch_fn(train_state.params, transitions, env_state.obs)
+            train_state, losses = update_epoch_fn(train_state, batch, shuffler.permutation(args.batch_size))
+            if args.target_kl is not None and float(losses["approx_kl"]) > args.target_kl:
+                break
+        return train_state, env_state, (stats, losses, summarize(train_state))
+
+    def log_iteration(iteration, global_step, logs) -> str | None:
+        """Wait for an iteration's figures and log them; returns what went non-finite, if anything."""
+        stats, losses, (params_finite, lr) = jax.device_get(logs)
+        failure = first_nonfinite(losses, params_finite)
+        if failure:
+            return f"{failure} at iteration {iteration} (global_step {global_step})"
+        sps = int((global_step - start_step) / (time.time() - start_time))
+        has_episodes = stats["num_episodes"] > 0
+        if has_episodes:
+            writer.add_scalar("charts/episodic_return", stats["episodic_return"], global_step)
+            writer.add_scalar("charts/episodic_length", stats["episodic_length"], global_step)
+        writer.add_scalar("charts/learning_rate", lr, global_step)
+        for name, value in losses.items():
+            writer.add_scalar(f"losses/{name}", value, global_step)
+        writer.add_scalar("losses/explained_variance", stats["explained_variance"], global_step)
+        writer.add_scalar("charts/SPS", sps, global_step)
+        episodic = f"{stats['episodic_return']:.1f}" if has_episodes else "-"
+        report(
+            global_step,
+            f"iteration={iteration}/{args.num_iterations} global_step={global_step} return={episodic} SPS={sps}",
+        )
+        return None
+
     start_time, start_step = time.time(), global_step
     first_iteration = global_step // args.batch_size + 1
     with progress_reporter(args.num_iterations * args.batch_size, global_step) as report:
+        # Python dispatches each iteration while the one before is still updating, on one core, and logs
+        # that one once the new rollout has ended: so the device never waits for Python, and Python never
+        # competes with EnvPool's threads for the cores during a rollout.
+        logging = None  # (iteration, global_step, log values, the state before it): dispatched, not logged
         for iteration in range(first_iteration, args.num_iterations + 1):
-            # Keys derive from the iteration, so a resumed run samples its policy noise as the original would.
-            iteration_key = jax.random.fold_in(base_key, iteration)
-            # Minibatches are shuffled on the host: XLA's CPU sort makes jax.random.permutation cost a sixth
-            # of each epoch, NumPy's shuffle next to nothing.
-            shuffler = np.random.default_rng((args.seed, iteration))
-            last_finite = (train_state, env_state)
-            env_state, transitions, batch, stats = collect_fn(train_state.params, env_state, iteration_key)
-            for epoch in range(args.update_epochs):
-                if epoch > 0 and args.recompute_adv:
-                    batch = recompute_batch_fn(train_state.params, transitions, env_state.obs)
-                train_state, losses = update_epoch_fn(train_state, batch, shuffler.permutation(args.batch_size))
-                if args.target_kl is not None and float(losses["approx_kl"]) > args.target_kl:
-                    break
+            state_before = TrainResult(train_state, env_state, global_step, None)
+            train_state, env_state, logs = run_iteration(train_state, env_state, iteration)
             global_step += args.batch_size
-
-            stats, losses, (params_finite, lr) = jax.device_get((stats, losses, summarize(train_state)))
-            failure = first_nonfinite(losses, params_finite)
-            if failure:
-                failure = f"{failure} at iteration {iteration} (global_step {global_step})"
-                return TrainResult(*last_finite, global_step - args.batch_size, failure)
-
-            sps = int((global_step - start_step) / (time.time() - start_time))
-            has_episodes = stats["num_episodes"] > 0
-            if has_episodes:
-                writer.add_scalar("charts/episodic_return", stats["episodic_return"], global_step)
-                writer.add_scalar("charts/episodic_length", stats["episodic_length"], global_step)
-            writer.add_scalar("charts/learning_rate", lr, global_step)
-            for name, value in losses.items():
-                writer.add_scalar(f"losses/{name}", value, global_step)
-            writer.add_scalar("losses/explained_variance", stats["explained_variance"], global_step)
-            writer.add_scalar("charts/SPS", sps, global_step)
-            episodic = f"{stats['episodic_return']:.1f}" if has_episodes else "-"
-            report(
-                global_step,
-                f"iteration={iteration}/{args.num_iterations} global_step={global_step} return={episodic} SPS={sps}",
-            )
+            jax.block_until_ready(env_state)  # the rollout
+            if logging is not None and (failure := log_iteration(*logging[:3])):
+                return logging[3]._replace(failure=failure)
+            logging = (iteration, global_step, logs, state_before)
             if stop is not None and stop.signum is not None:
                 break
+        if logging is not None and (failure := log_iteration(*logging[:3])):
+            return logging[3]._replace(failure=failure)
     return TrainResult(train_state, env_state, global_step, None)
 
 
