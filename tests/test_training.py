@@ -3,10 +3,13 @@
 import os
 import subprocess
 import sys
+from functools import partial
 
 import envpool
+import jax
 import numpy as np
 import pytest
+from flax.training.train_state import TrainState
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 import ppo_continuous_envpool_jax as ppo
@@ -85,6 +88,48 @@ def test_same_seed_gives_identical_metrics():
     del first.scalars["charts/SPS"], second.scalars["charts/SPS"]
     assert first.scalars == second.scalars
     assert len(first.scalars["losses/value_loss"]) == 4
+
+
+def test_the_overlapped_loop_logs_each_iteration_as_a_loop_that_waits_for_each_one():
+    """train() dispatches an iteration before the previous one has run and logs that one afterwards. Run the
+    same pieces one iteration at a time, waiting for each: the same figures must land at the same steps."""
+    cli_args = ["--env-id", "Hopper-v4", "--total-timesteps", "2048", "--seed", "4", *SMALL]
+    writer = RecordingWriter()
+    ppo.train(ppo.parse_args(cli_args)[0], writer)
+
+    args, _ = ppo.parse_args(cli_args)
+    envs, handle, xla_step = ppo.make_envs(args)
+    first_obs, _ = envs.reset()
+    network = ppo.ActorCritic(envs.action_space.shape[0], tuple(args.hidden_sizes))
+
+    @jax.jit
+    def init_states(handle, first_obs):
+        env_state = ppo.init_env_state(handle, first_obs, args.norm_obs)
+        params = network.init(jax.random.PRNGKey(args.seed), env_state.obs)
+        return env_state, TrainState.create(apply_fn=network.apply, params=params, tx=ppo.make_optimizer(args)[0])
+
+    env_state, train_state = init_states(handle, first_obs)
+    collect = ppo.make_collect_fn(args, envs, xla_step, network.apply)
+    recompute = jax.jit(partial(ppo.recompute_batch, apply_fn=network.apply, args=args))
+    update = jax.jit(partial(ppo.update_epoch, args=args))
+    expected = {"losses/value_loss": [], "losses/policy_loss": [], "charts/episodic_return": []}
+    for iteration in range(1, args.num_iterations + 1):
+        key = jax.random.fold_in(jax.random.PRNGKey(args.seed), iteration)
+        env_state, transitions, batch, stats = jax.block_until_ready(collect(train_state.params, env_state, key))
+        shuffler = np.random.default_rng((args.seed, iteration))
+        for epoch in range(args.update_epochs):
+            if epoch > 0:
+                batch = recompute(train_state.params, transitions, env_state.obs)
+            train_state, losses = jax.block_until_ready(
+                update(train_state, batch, shuffler.permutation(args.batch_size))
+            )
+        step = iteration * args.batch_size
+        expected["losses/value_loss"].append((step, float(losses["value_loss"])))
+        expected["losses/policy_loss"].append((step, float(losses["policy_loss"])))
+        if stats["num_episodes"] > 0:
+            expected["charts/episodic_return"].append((step, float(stats["episodic_return"])))
+    assert len(expected["charts/episodic_return"]) >= 2  # Hopper's random-ish policy falls within 64 steps
+    assert {tag: writer.scalars[tag] for tag in expected} == expected
 
 
 def test_recompute_adv_changes_only_the_epochs_after_the_first():
