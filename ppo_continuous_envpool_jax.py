@@ -19,6 +19,15 @@ from dataclasses import asdict, dataclass, replace
 from functools import partial
 from typing import NamedTuple
 
+# Two XLA:CPU settings for networks this small, read when JAX starts its CPU client, so they hold for a
+# fresh process (speed_benchmark.py --phases: an update epoch 1.82 -> 1.39 ms on 2 cores). XLA's CPU client
+# gets one thread: splitting 64x64 kernels over cores costs more in hand-offs than it gains, and EnvPool
+# steps the environments on threads of its own. And 512-bit vectors where the CPU has them (LLVM prefers
+# 256 bits for CPUs that slow down on AVX-512). The environment overrides either: PJRT_NPROC=2,
+# XLA_FLAGS=--xla_cpu_prefer_vector_width=256 (which also restores the rounding of commits before 07ecf15).
+os.environ.setdefault("PJRT_NPROC", "1")
+os.environ["XLA_FLAGS"] = "--xla_cpu_prefer_vector_width=512 " + os.environ.get("XLA_FLAGS", "")
+
 # `import envpool` registers every family EnvPool ships through its module `envpool.entry`, and that takes
 # 1.5-3 s of start-up (Jumanji's renderer alone pulls in matplotlib). An empty stand-in for that module
 # skips it; the MuJoCo tasks, and the classic-control ones (so --env-id Pendulum-v1 gets a precise error),
@@ -40,13 +49,6 @@ from flax.training.train_state import TrainState
 # this script trained silently wrong (the return never rose, no error), and for 64x64 MLPs the CPU is as
 # fast anyway. Until a closed-loop check on a GPU proves otherwise, we do not offer that path.
 jax.config.update("jax_platforms", "cpu")
-# Two XLA:CPU settings for networks this small, read when JAX starts its CPU client (speed_benchmark.py:
-# an update epoch 1.84 -> 1.43 ms on 2 cores). One thread per program: splitting 64x64 kernels over cores
-# costs more in hand-offs than it gains, and EnvPool steps the environments on threads of its own. And
-# 512-bit vectors where the CPU has them (LLVM prefers 256 bits for CPUs that slow down on AVX-512).
-# Either is overridden from the environment: PJRT_NPROC, XLA_FLAGS=--xla_cpu_prefer_vector_width=256.
-os.environ.setdefault("PJRT_NPROC", "1")
-os.environ["XLA_FLAGS"] = "--xla_cpu_prefer_vector_width=512 " + os.environ.get("XLA_FLAGS", "")
 # Compiled programs are kept on disk, so the next run with the same shapes loads its set-up and update
 # instead of compiling them (the rollout embeds this process's EnvPool, so it is compiled every run).
 # JAX_COMPILATION_CACHE_DIR picks another folder; JAX_ENABLE_COMPILATION_CACHE=false turns it off.
@@ -248,9 +250,11 @@ def to_env_action(action, low, high):
     So its Gaussian starts with the same spread relative to the range on every task: Humanoid's bounds are
     +-0.4, and a unit standard deviation in raw units would mostly be clipped into bang-bang control. EnvPool
     charges the control cost on the action as sent, so out-of-bounds samples must not reach it. With bounds
-    of +-1 (most MuJoCo tasks) this is exactly a clip to [-1, 1].
+    of +-1 (most MuJoCo tasks) this is exactly a clip to [-1, 1]. NaN becomes 0: when training diverges, the
+    rollout already dispatched after it (see `train`) runs with NaN parameters and is thrown away, and MuJoCo
+    would warn about every NaN control it gets.
     """
-    return (high + low) / 2 + (high - low) / 2 * jnp.clip(action, -1.0, 1.0)
+    return (high + low) / 2 + (high - low) / 2 * jnp.clip(jnp.nan_to_num(action), -1.0, 1.0)
 
 
 class RunningMeanStd(NamedTuple):
@@ -802,6 +806,8 @@ def train(args: Args, writer, stop: StopRequest | None = None, checkpoint: dict 
         return jax.tree.map(lambda x: jnp.isfinite(x).all(), train_state.params), learning_rate(train_state.step)
 
     base_key = jax.random.PRNGKey(args.seed)
+    start_time, start_step = time.time(), global_step
+    first_iteration = global_step // args.batch_size + 1
 
     def run_iteration(train_state, env_state, iteration):
         """Rollout, advantages and epochs, dispatched: JAX returns before they have run."""
@@ -819,7 +825,7 @@ def train(args: Args, writer, stop: StopRequest | None = None, checkpoint: dict 
                 break
         return train_state, env_state, (stats, losses, summarize(train_state))
 
-    def log_iteration(dispatched: Dispatched) -> str | None:
+    def log_iteration(dispatched: Dispatched, report) -> str | None:
         """Wait for an iteration's figures and log them; returns what went non-finite, if anything."""
         iteration, global_step = dispatched.iteration, dispatched.global_step
         stats, losses, (params_finite, lr) = jax.device_get(dispatched.logs)
@@ -843,25 +849,24 @@ def train(args: Args, writer, stop: StopRequest | None = None, checkpoint: dict 
         )
         return None
 
-    start_time, start_step = time.time(), global_step
-    first_iteration = global_step // args.batch_size + 1
     with progress_reporter(args.num_iterations * args.batch_size, global_step) as report:
         # Iteration i is dispatched while i-1 still runs its epochs (on one core), and i-1 is logged once i's
         # rollout has ended, while i's epochs run. So the device never waits for Python's dispatching and
         # logging, and Python never takes a core from EnvPool's threads during a rollout (4-5% of the time
-        # per iteration on 2 cores, speed_benchmark.py). EnvPool is idle whenever this returns.
+        # per iteration on 2 cores, speed_benchmark.py). --target-kl waits for each epoch, which undoes it.
+        # Every return comes after the newest rollout has ended, so EnvPool can be freed then.
         pending = None
         for iteration in range(first_iteration, args.num_iterations + 1):
             before = TrainResult(train_state, env_state, global_step, None)
             train_state, env_state, logs = run_iteration(train_state, env_state, iteration)
             global_step += args.batch_size
             jax.block_until_ready(env_state)  # the rollout has ended, the epochs run on
-            if pending is not None and (failure := log_iteration(pending)):
+            if pending is not None and (failure := log_iteration(pending, report)):
                 return pending.before._replace(failure=failure)
             pending = Dispatched(iteration, global_step, logs, before)
             if stop is not None and stop.signum is not None:
                 break
-        if pending is not None and (failure := log_iteration(pending)):
+        if pending is not None and (failure := log_iteration(pending, report)):
             return pending.before._replace(failure=failure)
     return TrainResult(train_state, env_state, global_step, None)
 

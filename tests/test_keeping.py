@@ -145,6 +145,8 @@ def test_non_finite_loss_stops_with_the_iteration_and_quantity_and_keeps_the_las
     model_path = tmp_path / line.rsplit(" ", 1)[1]
     params = ppo.load_checkpoint(str(model_path))["train_state"]["params"]
     assert all(np.isfinite(leaf).all() for leaf in jax.tree.leaves(params))
+    # The rollout dispatched after the diverged iteration sent MuJoCo no NaN controls (it would log them).
+    assert not (tmp_path / "MUJOCO_LOG.TXT").exists() and "Nan" not in result.stdout
 
 
 def test_progress_bar_on_a_terminal(tmp_path):

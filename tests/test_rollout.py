@@ -71,9 +71,10 @@ def test_closed_loop_rollout_replays_exactly_through_the_numpy_api(env_id):
 
 def test_actions_are_clipped_to_the_unit_box_then_mapped_onto_asymmetric_bounds():
     low, high = np.array([0.0, -2.0], np.float32), np.array([1.0, 4.0], np.float32)
-    # By hand: [-1, 1] -> [low, high] linearly; -1 -> low, 0 -> the middle, 1 -> high, beyond 1 -> high.
-    samples = np.array([[-3.0, 0.5], [0.0, 1.0], [0.5, -1.0], [7.0, 0.0]], np.float32)
-    expected = np.array([[0.0, 2.5], [0.5, 4.0], [0.75, -2.0], [1.0, 1.0]], np.float32)
+    # By hand: [-1, 1] -> [low, high] linearly; -1 -> low, 0 -> the middle, 1 -> high, beyond 1 -> high;
+    # NaN (a diverged policy) -> the middle, so MuJoCo never gets a NaN control.
+    samples = np.array([[-3.0, 0.5], [0.0, 1.0], [0.5, -1.0], [7.0, 0.0], [np.nan, -np.inf]], np.float32)
+    expected = np.array([[0.0, 2.5], [0.5, 4.0], [0.75, -2.0], [1.0, 1.0], [0.5, -2.0]], np.float32)
     np.testing.assert_array_equal(ppo.to_env_action(samples, low, high), expected)
 
 

@@ -112,7 +112,14 @@ def test_the_overlapped_loop_logs_each_iteration_as_a_loop_that_waits_for_each_o
     collect = ppo.make_collect_fn(args, envs, xla_step, network.apply)
     recompute = jax.jit(partial(ppo.recompute_batch, apply_fn=network.apply, args=args))
     update = jax.jit(partial(ppo.update_epoch, args=args))
-    expected = {"losses/value_loss": [], "losses/policy_loss": [], "charts/episodic_return": []}
+    learning_rate = ppo.make_optimizer(args)[1]
+    expected = {
+        "losses/value_loss": [],
+        "losses/policy_loss": [],
+        "losses/explained_variance": [],
+        "charts/learning_rate": [],
+        "charts/episodic_return": [],
+    }
     for iteration in range(1, args.num_iterations + 1):
         key = jax.random.fold_in(jax.random.PRNGKey(args.seed), iteration)
         env_state, transitions, batch, stats = jax.block_until_ready(collect(train_state.params, env_state, key))
@@ -126,6 +133,8 @@ def test_the_overlapped_loop_logs_each_iteration_as_a_loop_that_waits_for_each_o
         step = iteration * args.batch_size
         expected["losses/value_loss"].append((step, float(losses["value_loss"])))
         expected["losses/policy_loss"].append((step, float(losses["policy_loss"])))
+        expected["losses/explained_variance"].append((step, float(stats["explained_variance"])))
+        expected["charts/learning_rate"].append((step, float(learning_rate(train_state.step))))
         if stats["num_episodes"] > 0:
             expected["charts/episodic_return"].append((step, float(stats["episodic_return"])))
     assert len(expected["charts/episodic_return"]) >= 2  # Hopper's random-ish policy falls within 64 steps
