@@ -26,7 +26,8 @@ from typing import NamedTuple
 # 256 bits for CPUs that slow down on AVX-512). The environment overrides either: PJRT_NPROC=2,
 # XLA_FLAGS=--xla_cpu_prefer_vector_width=256 (which also restores the rounding of commits before 07ecf15).
 os.environ.setdefault("PJRT_NPROC", "1")
-os.environ["XLA_FLAGS"] = "--xla_cpu_prefer_vector_width=512 " + os.environ.get("XLA_FLAGS", "")
+if "--xla_cpu_prefer_vector_width" not in os.environ.get("XLA_FLAGS", ""):
+    os.environ["XLA_FLAGS"] = os.environ.get("XLA_FLAGS", "") + " --xla_cpu_prefer_vector_width=512"
 
 # `import envpool` registers every family EnvPool ships through its module `envpool.entry`, and that takes
 # 1.5-3 s of start-up (Jumanji's renderer alone pulls in matplotlib). An empty stand-in for that module
