@@ -136,6 +136,8 @@ class Args:
     """toggles reward scaling by the running std of the discounted return"""
     hidden_sizes: tuple[int, ...] = (64, 64)
     """the hidden layer sizes of the actor and of the critic"""
+    init_log_std: float = 0.0
+    """the initial log standard deviation of the policy's Gaussian, in the [-1, 1] action space (tianshou: -0.5)"""
 
     # computed from the flags above, not flags themselves
     batch_size: tyro.conf.Suppress[int] = 0
@@ -345,6 +347,7 @@ def init_env_state(handle, first_obs: np.ndarray, norm_obs: bool, obs_rms=None, 
 class ActorCritic(nn.Module):
     action_dim: int
     hidden_sizes: tuple[int, ...] = (64, 64)
+    init_log_std: float = 0.0
 
     @nn.compact
     def __call__(self, obs):
@@ -354,7 +357,7 @@ class ActorCritic(nn.Module):
             return nn.Dense(out_dim, kernel_init=nn.initializers.orthogonal(out_scale))(x)
 
         mean = mlp(obs, self.action_dim, 0.01)
-        log_std = self.param("log_std", nn.initializers.zeros, (self.action_dim,))
+        log_std = self.param("log_std", nn.initializers.constant(self.init_log_std), (self.action_dim,))
         value = mlp(obs, 1, 1.0).squeeze(-1)
         return mean, log_std, value
 
@@ -778,7 +781,7 @@ def train(args: Args, writer, stop: StopRequest | None = None, checkpoint: dict 
     """PPO from `args`, or from `checkpoint` on. Stops early at a non-finite value or when `stop` is set."""
     envs, handle, xla_step = make_envs(args)
     first_obs, _ = envs.reset()
-    network = ActorCritic(action_dim=envs.action_space.shape[0], hidden_sizes=tuple(args.hidden_sizes))
+    network = ActorCritic(envs.action_space.shape[0], tuple(args.hidden_sizes), args.init_log_std)
     optimizer, learning_rate = make_optimizer(args)
 
     # Compiled as one program although it runs once: every op run eagerly would be compiled on its own.

@@ -72,7 +72,7 @@ def phase_milliseconds(args: ppo.Args, iterations: int) -> dict[str, float]:
     """Median milliseconds of each part of an iteration, the training loop's parts timed one at a time."""
     envs, handle, xla_step = ppo.make_envs(args)
     first_obs, _ = envs.reset()
-    network = ppo.ActorCritic(envs.action_space.shape[0], tuple(args.hidden_sizes))
+    network = ppo.ActorCritic(envs.action_space.shape[0], tuple(args.hidden_sizes), args.init_log_std)
     env_state = ppo.init_env_state(handle, first_obs, args.norm_obs)
     params = network.init(jax.random.PRNGKey(args.seed), env_state.obs)
     train_state = TrainState.create(apply_fn=network.apply, params=params, tx=ppo.make_optimizer(args)[0])

@@ -16,7 +16,7 @@ def collect_once(cli_args):
     envs, handle, xla_step = ppo.make_envs(args)
     first_obs, _ = envs.reset()
     env_state = ppo.init_env_state(handle, first_obs, args.norm_obs)
-    network = ppo.ActorCritic(envs.action_space.shape[0], tuple(args.hidden_sizes))
+    network = ppo.ActorCritic(envs.action_space.shape[0], tuple(args.hidden_sizes), args.init_log_std)
     params = network.init(jax.random.PRNGKey(0), env_state.obs)
     collect = ppo.make_collect_fn(args, envs, xla_step, network.apply)
     # Waited for: EnvPool must outlive the rollout, and JAX returns before the computation is done.

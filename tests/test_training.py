@@ -100,7 +100,7 @@ def test_the_overlapped_loop_logs_each_iteration_as_a_loop_that_waits_for_each_o
     args, _ = ppo.parse_args(cli_args)
     envs, handle, xla_step = ppo.make_envs(args)
     first_obs, _ = envs.reset()
-    network = ppo.ActorCritic(envs.action_space.shape[0], tuple(args.hidden_sizes))
+    network = ppo.ActorCritic(envs.action_space.shape[0], tuple(args.hidden_sizes), args.init_log_std)
 
     @jax.jit
     def init_states(handle, first_obs):
