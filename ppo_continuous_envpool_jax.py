@@ -9,6 +9,7 @@ import argparse
 import contextlib
 import difflib
 import json
+import math
 import os
 import signal
 import sys
@@ -17,7 +18,7 @@ import types
 import warnings
 from dataclasses import asdict, dataclass, replace
 from functools import partial
-from typing import NamedTuple
+from typing import Literal, NamedTuple
 
 # Two XLA:CPU settings for networks this small, read when JAX starts its CPU client, so they hold for a
 # fresh process (speed_benchmark.py --phases: an update epoch 1.82 -> 1.39 ms on 2 cores). XLA's CPU client
@@ -78,9 +79,12 @@ class Args:
     at the end, on Ctrl-C/SIGTERM and before stopping on a non-finite value"""
     capture_video: bool = False
     """record the first evaluation episode to `videos/{run_name}/eval.mp4` (needs OpenGL: EGL or OSMesa)"""
+    eval_every: int = 0
+    """evaluate the policy every this many environment steps and after the last iteration, logged as
+    eval/episodic_return (0: off); on environments of its own, not counted in global_step"""
     eval_episodes: int = 10
-    """episodes of the evaluation (mean action, fresh environments) that ends training with --save-model or
-    --capture-video, and of --evaluate"""
+    """episodes of each evaluation (mean action, environments of its own): --eval-every, the one that ends
+    training with --save-model or --capture-video, and --evaluate"""
     evaluate: str | None = None
     """evaluate the model saved at this path instead of training (task and network come from the file)"""
     resume: str | None = None
@@ -96,6 +100,8 @@ class Args:
     """total environment steps of the experiment"""
     learning_rate: float = 3e-4
     """the learning rate of the optimizer"""
+    adam_eps: float = 1e-5
+    """the epsilon of Adam (CleanRL: 1e-5; tianshou, PyTorch's default: 1e-8)"""
     num_envs: int = 64
     """the number of parallel environments"""
     num_threads: int = 0
@@ -132,8 +138,13 @@ class Args:
     """the target KL divergence threshold (stops the epochs of an iteration early)"""
     norm_obs: bool = True
     """toggles observation normalization by running mean and variance"""
-    scale_reward: bool = True
-    """toggles reward scaling by the running std of the discounted return"""
+    reward_norm: Literal["none", "scale", "return"] = "scale"
+    """none: raw rewards; scale: rewards divided by the running std of the discounted return (CleanRL,
+    gymnasium's NormalizeReward); return: tianshou's rew_norm, raw rewards and a critic that predicts returns
+    divided by the running std of the lambda-returns"""
+    clip_action: bool = True
+    """clip the policy's sample to [-1, 1] before scaling it onto the task's bounds (off: sent as sampled; MuJoCo
+    clamps the control, but EnvPool charges the control cost on the action as sent)"""
     hidden_sizes: tuple[int, ...] = (64, 64)
     """the hidden layer sizes of the actor and of the critic"""
     init_log_std: float = 0.0
@@ -153,19 +164,31 @@ def mujoco_env_ids() -> list[str]:
 
 def check_args(args: Args) -> str | None:
     """Return a one-line description of what is wrong with `args`, or None."""
-    for name in (
-        "total_timesteps",
-        "learning_rate",
-        "num_envs",
-        "num_steps",
-        "num_minibatches",
-        "update_epochs",
-        "eval_episodes",
-    ):
-        if getattr(args, name) <= 0:
-            return f"--{name.replace('_', '-')} must be positive, got {getattr(args, name)}"
-    if args.num_threads < 0:
-        return f"--num-threads must be 0 (automatic) or positive, got {args.num_threads}"
+    # Written so that NaN fails every check: each comparison with NaN is False.
+    ranges = {
+        "total_timesteps": (lambda x: x > 0, "positive"),
+        "num_envs": (lambda x: x > 0, "positive"),
+        "num_steps": (lambda x: x > 0, "positive"),
+        "num_minibatches": (lambda x: x > 0, "positive"),
+        "update_epochs": (lambda x: x > 0, "positive"),
+        "eval_episodes": (lambda x: x > 0, "positive"),
+        "num_threads": (lambda x: x >= 0, "0 (automatic) or positive"),
+        "eval_every": (lambda x: x >= 0, "0 (off) or positive"),
+        "learning_rate": (lambda x: 0 < x < math.inf, "finite and positive"),
+        "adam_eps": (lambda x: 0 < x < math.inf, "finite and positive"),
+        "gamma": (lambda x: 0 < x <= 1, "in (0, 1]"),
+        "gae_lambda": (lambda x: 0 <= x <= 1, "in [0, 1]"),
+        "clip_coef": (lambda x: x > 0, "positive"),
+        "max_grad_norm": (lambda x: x > 0, "positive"),
+        "ent_coef": (lambda x: 0 <= x < math.inf, "finite and non-negative"),
+        "vf_coef": (lambda x: 0 <= x < math.inf, "finite and non-negative"),
+        "init_log_std": (lambda x: -math.inf < x < math.inf, "finite"),
+    }
+    for name, (valid, requirement) in ranges.items():
+        if not valid(getattr(args, name)):
+            return f"--{name.replace('_', '-')} must be {requirement}, got {getattr(args, name)}"
+    if args.target_kl is not None and not args.target_kl > 0:
+        return f"--target-kl must be positive where given, got {args.target_kl}"
     if not args.hidden_sizes or min(args.hidden_sizes) <= 0:
         return f"--hidden-sizes must be positive integers, got {args.hidden_sizes}"
     batch_size = args.num_envs * args.num_steps
@@ -202,9 +225,14 @@ def parse_args(cli_args: list[str] | None = None) -> tuple[Args, dict | None]:
         default = Args()
     elif saved.resume:  # the interrupted run goes on as it was started
         default = replace(checkpoint["args"], resume=None)
-    else:  # evaluation needs only the task, the network and its observation normalisation
+    else:  # evaluation needs only the task, the network, its observation normalisation and action mapping
         saved_args = checkpoint["args"]
-        default = Args(env_id=saved_args.env_id, hidden_sizes=saved_args.hidden_sizes, norm_obs=saved_args.norm_obs)
+        default = Args(
+            env_id=saved_args.env_id,
+            hidden_sizes=saved_args.hidden_sizes,
+            norm_obs=saved_args.norm_obs,
+            clip_action=saved_args.clip_action,
+        )
     args = tyro.cli(Args, args=cli_args, default=default)
     error = check_args(args)
     if checkpoint is not None and error is None:
@@ -247,17 +275,21 @@ def env_step(xla_step, handle, action):
     return handle, obs, reward.astype(jnp.float32), terminated, truncated
 
 
-def to_env_action(action, low, high):
-    """The policy acts in [-1, 1] in every dimension; clip there and map onto the task's bounds.
+def to_env_action(action, low, high, clip: bool):
+    """The policy acts in [-1, 1] in every dimension; clip there (with `clip`) and map onto the task's bounds.
 
     So its Gaussian starts with the same spread relative to the range on every task: Humanoid's bounds are
     +-0.4, and a unit standard deviation in raw units would mostly be clipped into bang-bang control. EnvPool
-    charges the control cost on the action as sent, so out-of-bounds samples must not reach it. With bounds
-    of +-1 (most MuJoCo tasks) this is exactly a clip to [-1, 1]. NaN becomes 0: when training diverges, the
-    rollout already dispatched after it (see `train`) runs with NaN parameters and is thrown away, and MuJoCo
-    would warn about every NaN control it gets.
+    charges the control cost on the action as sent: clipped, out-of-bounds samples cost nothing extra;
+    unclipped, MuJoCo clamps the control but the policy pays for leaving the bounds. With bounds of +-1 (most
+    MuJoCo tasks) the mapping is the identity. NaN becomes 0: when training diverges, the rollout already
+    dispatched after it (see `train`) runs with NaN parameters and is thrown away, and MuJoCo would warn
+    about every NaN control it gets.
     """
-    return (high + low) / 2 + (high - low) / 2 * jnp.clip(jnp.nan_to_num(action), -1.0, 1.0)
+    action = jnp.nan_to_num(action)
+    if clip:
+        action = jnp.clip(action, -1.0, 1.0)
+    return (high + low) / 2 + (high - low) / 2 * action
 
 
 class RunningMeanStd(NamedTuple):
@@ -313,7 +345,7 @@ class EnvState:
     obs: jax.Array  # (N, obs_dim) the next observation, already normalised
     is_reset: jax.Array  # (N,) the env ended an episode last step, so the next step is its late reset
     obs_rms: RunningMeanStd
-    return_rms: RunningMeanStd  # of the discounted return, for reward scaling
+    return_rms: RunningMeanStd  # of the discounted return (--reward-norm scale) or the lambda-return (return)
     discounted_return: jax.Array  # (N,)
     episode_return: jax.Array  # (N,) raw, unscaled
     episode_length: jax.Array  # (N,)
@@ -384,7 +416,7 @@ class Transition(NamedTuple):
     action: jax.Array  # (N, act_dim) the unclipped, unscaled sample, so its log-probability is exact
     log_prob: jax.Array  # (N,)
     value: jax.Array  # (N,)
-    reward: jax.Array  # (N,) scaled when --scale-reward
+    reward: jax.Array  # (N,) scaled with --reward-norm scale
     terminated: jax.Array  # (N,)
     truncated: jax.Array  # (N,)
     is_reset: jax.Array  # (N,) EnvPool's late reset: not an experience of the policy
@@ -401,7 +433,7 @@ def rollout_step(params, env_state: EnvState, key, *, env: EnvFunctions, apply_f
     action = mean + jnp.exp(log_std) * jax.random.normal(key, mean.shape)
     log_prob = gaussian_log_prob(mean, log_std, action)
     handle, next_obs, reward, terminated, truncated = env_step(
-        env.xla_step, env_state.handle, to_env_action(action, env.action_low, env.action_high)
+        env.xla_step, env_state.handle, to_env_action(action, env.action_low, env.action_high, args.clip_action)
     )
 
     # On a reset step EnvPool ignored the action and returned reward 0: that reward counts towards no return
@@ -410,7 +442,7 @@ def rollout_step(params, env_state: EnvState, key, *, env: EnvFunctions, apply_f
     obs_rms, return_rms, discounted_return = env_state.obs_rms, env_state.return_rms, env_state.discounted_return
     if args.norm_obs:
         obs_rms, next_obs = normalize_obs(obs_rms, next_obs)
-    if args.scale_reward:
+    if args.reward_norm == "scale":
         return_rms, discounted_return, scaled_reward = scale_reward(
             return_rms, discounted_return, reward, is_reset, args.gamma
         )
@@ -489,10 +521,22 @@ class Batch(NamedTuple):
     valid: jax.Array  # float 1.0 for experiences of the policy, 0.0 for reset transitions
 
 
-def make_batch(transitions: Transition, values, last_value, args: Args) -> Batch:
+def make_batch(transitions: Transition, values, last_value, return_rms: RunningMeanStd, args: Args):
     """Advantages and value targets from the critic's `values` (T, N) and `last_value` (N,), flattened into
-    one batch of `num_steps * num_envs` experiences."""
-    advantages, targets = compute_gae(transitions._replace(value=values), last_value, args.gamma, args.gae_lambda)
+    one batch of `num_steps * num_envs` experiences; and `return_rms`, updated with --reward-norm return."""
+    valid = ~transitions.is_reset
+    if args.reward_norm == "return":
+        # tianshou's rew_norm: the critic predicts returns divided by the running std of the lambda-returns.
+        # GAE runs in reward units, so the advantages keep the rewards' scale; the targets are divided by the
+        # std as it was (no mean subtracted, as in OpenAI baselines), and then the std takes in these returns.
+        std = jnp.sqrt(return_rms.var + 1e-8)
+        advantages, returns = compute_gae(
+            transitions._replace(value=values * std), last_value * std, args.gamma, args.gae_lambda
+        )
+        targets = returns / std
+        return_rms = rms_update(return_rms, returns.reshape(-1), mask=valid.reshape(-1))
+    else:
+        advantages, targets = compute_gae(transitions._replace(value=values), last_value, args.gamma, args.gae_lambda)
     batch = Batch(
         obs=transitions.obs,
         action=transitions.action,
@@ -500,16 +544,17 @@ def make_batch(transitions: Transition, values, last_value, args: Args) -> Batch
         value=values,
         advantage=advantages,
         target=targets,
-        valid=(~transitions.is_reset).astype(jnp.float32),
+        valid=valid.astype(jnp.float32),
     )
-    return jax.tree.map(lambda x: x.reshape((-1,) + x.shape[2:]), batch)
+    return jax.tree.map(lambda x: x.reshape((-1,) + x.shape[2:]), batch), return_rms
 
 
 def collect(params, env_state: EnvState, key, *, env: EnvFunctions, apply_fn, args: Args):
     """Rollout and the first epoch's batch; the transitions (T, N) are returned too, for `recompute_batch`."""
     env_state, (transitions, episode_end) = rollout(params, env_state, key, env=env, apply_fn=apply_fn, args=args)
     _, _, last_value = apply_fn(params, env_state.obs)
-    batch = make_batch(transitions, transitions.value, last_value, args)
+    batch, return_rms = make_batch(transitions, transitions.value, last_value, env_state.return_rms, args)
+    env_state = env_state.replace(return_rms=return_rms)
     num_episodes = episode_end.done.sum()
     stats = {
         "num_episodes": num_episodes,
@@ -522,15 +567,16 @@ def collect(params, env_state: EnvState, key, *, env: EnvFunctions, apply_fn, ar
     return env_state, transitions, batch, stats
 
 
-def recompute_batch(params, transitions: Transition, last_obs, *, apply_fn, args: Args) -> Batch:
-    """The batch again, with advantages and targets from the critic as it is now (tianshou's recompute_advantage).
+def recompute_batch(params, transitions: Transition, last_obs, return_rms, *, apply_fn, args: Args):
+    """The batch again, with advantages and targets from the critic as it is now (tianshou's recompute_advantage);
+    and `return_rms`, which with --reward-norm return takes in the recomputed returns too, as in tianshou.
 
-    With 32-step rollouts much of each advantage is the critic's bootstrap, which each epoch improves; the
-    README has what that does to the returns (`--no-recompute-adv` turns it off).
+    With 32-step rollouts much of each advantage is the critic's bootstrap, which each epoch improves;
+    docs/ablations.md has what that does to the returns (`--no-recompute-adv` turns it off).
     """
     values = apply_fn(params, transitions.obs)[2]
     last_value = apply_fn(params, last_obs)[2]
-    return make_batch(transitions, values, last_value, args)
+    return make_batch(transitions, values, last_value, return_rms, args)
 
 
 def make_collect_fn(args: Args, envs, xla_step, apply_fn):
@@ -615,7 +661,7 @@ def make_optimizer(args: Args):
         learning_rate = optax.linear_schedule(args.learning_rate, 0.0, num_updates)
     else:
         learning_rate = optax.constant_schedule(args.learning_rate)
-    optimizer = optax.chain(optax.clip_by_global_norm(args.max_grad_norm), optax.adam(learning_rate, eps=1e-5))
+    optimizer = optax.chain(optax.clip_by_global_norm(args.max_grad_norm), optax.adam(learning_rate, eps=args.adam_eps))
     # On one concatenated vector instead of 13 small arrays: the same arithmetic in a few large XLA kernels,
     # which cuts an epoch by ~10% (speed_benchmark.py) and its compile by a quarter.
     return optax.flatten(optimizer), learning_rate
@@ -679,29 +725,44 @@ def open_gl_context(width: int, height: int):
     return context
 
 
-def evaluate(args: Args, params, obs_rms: RunningMeanStd, num_episodes: int, video_path: str | None = None):
-    """Returns and lengths, (num_episodes,) each, of the mean-action policy on fresh EnvPool envs.
-
-    Each environment plays one episode; with `video_path`, the first one is also rendered to an MP4.
-    """
-    render = {"render_mode": "rgb_array", "render_width": VIDEO_SIZE[0], "render_height": VIDEO_SIZE[1]}
-    envs = envpool.make(
-        args.env_id, env_type="gymnasium", num_envs=num_episodes, seed=args.seed, **(render if video_path else {})
-    )
-    network = ActorCritic(action_dim=envs.action_space.shape[0], hidden_sizes=tuple(args.hidden_sizes))
+def make_policy(args: Args):
+    """The mean action as sent to the task, compiled once: (params, obs_rms, raw obs) -> action."""
+    action_space = envpool.make_spec(args.env_id).action_space
+    network = ActorCritic(action_space.shape[0], tuple(args.hidden_sizes))
+    low, high = action_space.low.astype(np.float32), action_space.high.astype(np.float32)
 
     @jax.jit
-    def policy(obs):
+    def policy(params, obs_rms: RunningMeanStd, obs):
         obs = obs.astype(jnp.float32)
         mean = network.apply(params, standardize(obs_rms, obs) if args.norm_obs else obs)[0]
-        return to_env_action(mean, envs.action_space.low, envs.action_space.high)
+        return to_env_action(mean, low, high, args.clip_action)
 
+    return policy
+
+
+def evaluate(args: Args, policy, params, obs_rms: RunningMeanStd, video_path: str | None = None):
+    """Returns and lengths, (--eval-episodes,) each, of the mean-action `policy` on fresh EnvPool envs.
+
+    Each environment plays one episode. The environments are made anew from the run's seed each time: the
+    training environments are never stepped, and every evaluation of a run starts from the same states, so
+    its curve compares policies, not starts. With `video_path`, the first episode is rendered to an MP4.
+    """
+    render = {"render_mode": "rgb_array", "render_width": VIDEO_SIZE[0], "render_height": VIDEO_SIZE[1]}
+    num_episodes = args.eval_episodes
+    envs = envpool.make(
+        args.env_id,
+        env_type="gymnasium",
+        num_envs=num_episodes,
+        num_threads=args.num_threads,
+        seed=args.seed,
+        **(render if video_path else {}),
+    )
     obs, _ = envs.reset()
     returns, lengths = np.zeros(num_episodes), np.zeros(num_episodes, int)
     done = np.zeros(num_episodes, bool)
     frames = [envs.render()[0]] if video_path else []
     while not done.all():
-        obs, reward, terminated, truncated, _ = envs.step(np.asarray(policy(obs), np.float64))
+        obs, reward, terminated, truncated, _ = envs.step(np.asarray(policy(params, obs_rms, obs), np.float64))
         if video_path and not done[0]:  # render before the late reset replaces the final state
             frames.append(envs.render()[0])
         returns += np.where(done, 0.0, reward)
@@ -750,6 +811,7 @@ class Dispatched(NamedTuple):
     global_step: int  # after it
     logs: tuple  # its figures for the log, still on the device
     before: TrainResult  # the state before it, which train() returns if it went non-finite
+    policy: tuple  # (params, obs_rms) after it, for --eval-every
 
 
 @contextlib.contextmanager
@@ -809,6 +871,7 @@ def train(args: Args, writer, stop: StopRequest | None = None, checkpoint: dict 
         """What the log needs of the train state: which parameters are finite, the current learning rate."""
         return jax.tree.map(lambda x: jnp.isfinite(x).all(), train_state.params), learning_rate(train_state.step)
 
+    policy = make_policy(args) if args.eval_every else None
     base_key = jax.random.PRNGKey(args.seed)
     start_time, start_step = time.time(), global_step
     first_iteration = global_step // args.batch_size + 1
@@ -821,12 +884,14 @@ def train(args: Args, writer, stop: StopRequest | None = None, checkpoint: dict 
         # each epoch, NumPy's shuffle next to nothing.
         shuffler = np.random.default_rng((args.seed, iteration))
         env_state, transitions, batch, stats = collect_fn(train_state.params, env_state, iteration_key)
+        return_rms = env_state.return_rms
         for epoch in range(args.update_epochs):
             if epoch > 0 and args.recompute_adv:
-                batch = recompute_batch_fn(train_state.params, transitions, env_state.obs)
+                batch, return_rms = recompute_batch_fn(train_state.params, transitions, env_state.obs, return_rms)
             train_state, losses = update_epoch_fn(train_state, batch, shuffler.permutation(args.batch_size))
             if args.target_kl is not None and float(losses["approx_kl"]) > args.target_kl:
                 break
+        env_state = env_state.replace(return_rms=return_rms)
         return train_state, env_state, (stats, losses, summarize(train_state))
 
     def log_iteration(dispatched: Dispatched, report) -> str | None:
@@ -846,11 +911,17 @@ def train(args: Args, writer, stop: StopRequest | None = None, checkpoint: dict 
             writer.add_scalar(f"losses/{name}", value, global_step)
         writer.add_scalar("losses/explained_variance", stats["explained_variance"], global_step)
         writer.add_scalar("charts/SPS", sps, global_step)
-        episodic = f"{stats['episodic_return']:.1f}" if has_episodes else "-"
-        report(
-            global_step,
-            f"iteration={iteration}/{args.num_iterations} global_step={global_step} return={episodic} SPS={sps}",
-        )
+        line = f"iteration={iteration}/{args.num_iterations} global_step={global_step} return="
+        line += f"{stats['episodic_return']:.1f} SPS={sps}" if has_episodes else f"- SPS={sps}"
+        # At each multiple of --eval-every that this iteration crossed, and at the end.
+        if policy is not None and (
+            global_step // args.eval_every > (global_step - args.batch_size) // args.eval_every
+            or iteration == args.num_iterations
+        ):
+            eval_return = evaluate(args, policy, *dispatched.policy)[0].mean()
+            writer.add_scalar("eval/episodic_return", eval_return, global_step)
+            line += f" eval={eval_return:.1f}"
+        report(global_step, line)
         return None
 
     with progress_reporter(args.num_iterations * args.batch_size, global_step) as report:
@@ -864,10 +935,10 @@ def train(args: Args, writer, stop: StopRequest | None = None, checkpoint: dict 
             before = TrainResult(train_state, env_state, global_step, None)
             train_state, env_state, logs = run_iteration(train_state, env_state, iteration)
             global_step += args.batch_size
-            jax.block_until_ready(env_state)  # the rollout has ended, the epochs run on
+            jax.block_until_ready(env_state.obs)  # the rollout has ended, the epochs run on
             if pending is not None and (failure := log_iteration(pending, report)):
                 return pending.before._replace(failure=failure)
-            pending = Dispatched(iteration, global_step, logs, before)
+            pending = Dispatched(iteration, global_step, logs, before, (train_state.params, env_state.obs_rms))
             if stop is not None and stop.signum is not None:
                 break
         if pending is not None and (failure := log_iteration(pending, report)):
@@ -898,7 +969,7 @@ def start_wandb(args: Args, run_name: str):
 
 def run_evaluation(args: Args, params, obs_rms: RunningMeanStd, run_name: str) -> np.ndarray:
     video_path = f"videos/{run_name}/eval.mp4" if args.capture_video else None
-    returns, lengths = evaluate(args, params, obs_rms, args.eval_episodes, video_path)
+    returns, lengths = evaluate(args, make_policy(args), params, obs_rms, video_path)
     print(
         f"eval/episodic_return {returns.mean():.1f} +- {returns.std():.1f} over {len(returns)} episodes "
         f"(mean length {lengths.mean():.0f})"
@@ -936,7 +1007,8 @@ def run_training(args: Args, checkpoint: dict | None):
             print(f"model saved to {model_path}")
         if result.failure is None and stop.signum is None and (args.save_model or args.capture_video):
             returns = run_evaluation(args, result.train_state.params, result.env_state.obs_rms, run_name)
-            writer.add_scalar("eval/episodic_return", returns.mean(), result.global_step)
+            if not args.eval_every:  # else train() has logged this same evaluation already
+                writer.add_scalar("eval/episodic_return", returns.mean(), result.global_step)
     finally:
         writer.close()
         if wandb is not None:

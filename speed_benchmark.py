@@ -91,10 +91,14 @@ def phase_milliseconds(args: ppo.Args, iterations: int) -> dict[str, float]:
     for iteration in range(iterations):
         key = jax.random.PRNGKey(iteration)
         env_state, transitions, batch, _ = timed("rollout and first batch", collect, train_state.params, env_state, key)
+        return_rms = env_state.return_rms
         for epoch in range(args.update_epochs):
             if epoch > 0 and args.recompute_adv:
-                batch = timed("advantage recomputation", recompute, train_state.params, transitions, env_state.obs)
+                batch, return_rms = timed(
+                    "advantage recomputation", recompute, train_state.params, transitions, env_state.obs, return_rms
+                )
             train_state, _ = timed("update epoch", update, train_state, batch, shuffler.permutation(args.batch_size))
+        env_state = env_state.replace(return_rms=return_rms)
     # The first call of each compiled it.
     return {phase: 1e3 * statistics.median(values[1:]) for phase, values in seconds.items() if len(values) > 1}
 

@@ -102,7 +102,10 @@ def test_recomputed_batch_uses_the_current_critic():
     params = network.init(jax.random.PRNGKey(0), obs[0])
     args = ppo.Args(num_envs=num_envs, num_steps=num_steps, gamma=0.9, gae_lambda=0.8)
 
-    batch = ppo.recompute_batch(params, transitions, jnp.asarray(last_obs), apply_fn=network.apply, args=args)
+    return_rms = ppo.rms_init(())
+    batch, _ = ppo.recompute_batch(
+        params, transitions, jnp.asarray(last_obs), return_rms, apply_fn=network.apply, args=args
+    )
 
     # The reference critic: the value head evaluated one observation at a time.
     critic = jax.jit(lambda o: network.apply(params, o[None])[2][0])

@@ -9,6 +9,7 @@ import pty
 import re
 import signal
 import subprocess
+from dataclasses import replace
 
 import imageio.v2 as imageio
 import jax
@@ -71,7 +72,8 @@ def test_capture_video_records_the_evaluation_episode(saved_run, tmp_path):
     # The episode's length comes from a second evaluation without rendering: one frame a step, plus the last.
     checkpoint = ppo.load_checkpoint(model_path)
     params, obs_rms = checkpoint["train_state"]["params"], ppo.RunningMeanStd(**checkpoint["obs_rms"])
-    _, lengths = ppo.evaluate(checkpoint["args"], params, obs_rms, num_episodes=1)
+    args = replace(checkpoint["args"], eval_episodes=1)
+    _, lengths = ppo.evaluate(args, ppo.make_policy(args), params, obs_rms)
     assert len(frames) == lengths[0] + 1
     assert frames[0].shape == (ppo.VIDEO_SIZE[1], ppo.VIDEO_SIZE[0], 3)
     assert np.std(frames[0]) > 10  # a rendered scene, not a blank frame

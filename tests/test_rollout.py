@@ -30,16 +30,21 @@ def small_args(*extra, env_id="Hopper-v4"):
     return ["--env-id", env_id, "--seed", "3", *size, "--total-timesteps", str(NUM_ENVS * NUM_STEPS), *extra]
 
 
-@pytest.mark.parametrize("env_id", ["Hopper-v4", "Humanoid-v4"])  # action bounds +-1 and +-0.4
-def test_closed_loop_rollout_replays_exactly_through_the_numpy_api(env_id):
+@pytest.mark.parametrize(
+    ("env_id", "clip"),
+    [("Hopper-v4", True), ("Humanoid-v4", True), ("Hopper-v4", False)],  # action bounds +-1 and +-0.4
+)
+def test_closed_loop_rollout_replays_exactly_through_the_numpy_api(env_id, clip):
     """Each action was computed from the observation just received; replaying the recorded actions through
     EnvPool's NumPy API from the same seed must give the same observations, episode ends and returns.
 
-    The returns also check what is sent: the sample clipped to [-1, 1] and scaled to the bounds. MuJoCo
-    clamps the controls itself, so Hopper's observations would agree without the clip, but EnvPool's
-    control cost is charged on the action as sent; Humanoid's would not agree without the scaling."""
+    The returns also check what is sent: the sample clipped to [-1, 1] (or not, with --no-clip-action) and
+    scaled to the bounds. MuJoCo clamps the controls itself, so Hopper's observations would agree either
+    way, but EnvPool's control cost is charged on the action as sent; Humanoid's would not agree without
+    the scaling."""
+    clip_flag = "--clip-action" if clip else "--no-clip-action"
     args, _envs, _params, _env_state, batch, stats = collect_once(
-        small_args("--no-norm-obs", "--no-scale-reward", env_id=env_id)
+        small_args("--no-norm-obs", "--reward-norm", "none", clip_flag, env_id=env_id)
     )
     obs_seen = np.asarray(batch.obs).reshape(NUM_STEPS, NUM_ENVS, -1)
     actions = np.asarray(batch.action).reshape(NUM_STEPS, NUM_ENVS, -1)
@@ -56,7 +61,8 @@ def test_closed_loop_rollout_replays_exactly_through_the_numpy_api(env_id):
     for t in range(NUM_STEPS):
         np.testing.assert_array_equal(obs_seen[t], obs.astype(np.float32), err_msg=f"step {t}")
         np.testing.assert_array_equal(valid[t], ~previous_done, err_msg=f"step {t}")
-        action = (np.clip(actions[t], -1.0, 1.0) * bound.astype(np.float32)).astype(np.float64)
+        sent = np.clip(actions[t], -1.0, 1.0) if clip else actions[t]
+        action = (sent * bound.astype(np.float32)).astype(np.float64)
         obs, reward, terminated, truncated, _ = replay.step(action)
         episode_return = np.where(previous_done, 0.0, episode_return + reward)
         episode_length = np.where(previous_done, 0, episode_length + 1)
@@ -75,7 +81,16 @@ def test_actions_are_clipped_to_the_unit_box_then_mapped_onto_asymmetric_bounds(
     # NaN (a diverged policy) -> the middle, so MuJoCo never gets a NaN control.
     samples = np.array([[-3.0, 0.5], [0.0, 1.0], [0.5, -1.0], [7.0, 0.0], [np.nan, -np.inf]], np.float32)
     expected = np.array([[0.0, 2.5], [0.5, 4.0], [0.75, -2.0], [1.0, 1.0], [0.5, -2.0]], np.float32)
-    np.testing.assert_array_equal(ppo.to_env_action(samples, low, high), expected)
+    np.testing.assert_array_equal(ppo.to_env_action(samples, low, high, clip=True), expected)
+
+
+def test_unclipped_actions_are_mapped_onto_the_bounds_linearly_beyond_them():
+    low, high = np.array([0.0, -2.0], np.float32), np.array([1.0, 4.0], np.float32)
+    # By hand: the same line as above, extended: -3 -> 0.5 - 3 * 0.5 = -1.0; 7 -> 0.5 + 7 * 0.5 = 4.0;
+    # 1.5 -> 1 + 1.5 * 3 = 5.5; NaN still -> the middle.
+    samples = np.array([[-3.0, 1.5], [7.0, np.nan], [0.5, -1.0]], np.float32)
+    expected = np.array([[-1.0, 5.5], [4.0, 1.0], [0.75, -2.0]], np.float32)
+    np.testing.assert_array_equal(ppo.to_env_action(samples, low, high, clip=False), expected)
 
 
 def all_arrays(tree):

@@ -68,9 +68,15 @@ def random_policy_return(env_id, num_envs=16, steps=500):
     return float(np.mean(returns))
 
 
-def test_inverted_pendulum_return_rises_far_above_the_random_policy():
+@pytest.mark.parametrize(
+    "recipe",
+    [[], ["--reward-norm", "return", "--no-norm-adv", "--no-clip-vloss", "--init-log-std", "-0.5"]],
+    ids=["defaults", "tianshou"],
+)
+def test_inverted_pendulum_return_rises_far_above_the_random_policy(recipe):
     args, _ = ppo.parse_args(
         ["--env-id", "InvertedPendulum-v4", "--total-timesteps", "40960", "--num-envs", "16", "--num-steps", "64"]
+        + recipe
     )
     writer = RecordingWriter()
     ppo.train(args, writer)
@@ -90,10 +96,13 @@ def test_same_seed_gives_identical_metrics():
     assert len(first.scalars["losses/value_loss"]) == 4
 
 
-def test_the_overlapped_loop_logs_each_iteration_as_a_loop_that_waits_for_each_one():
+@pytest.mark.parametrize("reward_norm", ["scale", "return"])
+def test_the_overlapped_loop_logs_each_iteration_as_a_loop_that_waits_for_each_one(reward_norm):
     """train() dispatches an iteration before the previous one has run and logs that one afterwards. Run the
-    same pieces one iteration at a time, waiting for each: the same figures must land at the same steps."""
-    cli_args = ["--env-id", "Hopper-v4", "--total-timesteps", "2048", "--seed", "4", *SMALL]
+    same pieces one iteration at a time, waiting for each: the same figures must land at the same steps.
+    With --reward-norm return, the return statistics also pass from each recomputation to the next."""
+    cli_args = ["--env-id", "Hopper-v4", "--total-timesteps", "2048", "--seed", "4", "--reward-norm", reward_norm]
+    cli_args += SMALL
     writer = RecordingWriter()
     ppo.train(ppo.parse_args(cli_args)[0], writer)
 
@@ -124,12 +133,14 @@ def test_the_overlapped_loop_logs_each_iteration_as_a_loop_that_waits_for_each_o
         key = jax.random.fold_in(jax.random.PRNGKey(args.seed), iteration)
         env_state, transitions, batch, stats = jax.block_until_ready(collect(train_state.params, env_state, key))
         shuffler = np.random.default_rng((args.seed, iteration))
+        return_rms = env_state.return_rms
         for epoch in range(args.update_epochs):
             if epoch > 0:
-                batch = recompute(train_state.params, transitions, env_state.obs)
+                batch, return_rms = recompute(train_state.params, transitions, env_state.obs, return_rms)
             train_state, losses = jax.block_until_ready(
                 update(train_state, batch, shuffler.permutation(args.batch_size))
             )
+        env_state = env_state.replace(return_rms=return_rms)
         step = iteration * args.batch_size
         expected["losses/value_loss"].append((step, float(losses["value_loss"])))
         expected["losses/policy_loss"].append((step, float(losses["policy_loss"])))
@@ -139,6 +150,25 @@ def test_the_overlapped_loop_logs_each_iteration_as_a_loop_that_waits_for_each_o
             expected["charts/episodic_return"].append((step, float(stats["episodic_return"])))
     assert len(expected["charts/episodic_return"]) >= 2  # Hopper's random-ish policy falls within 64 steps
     assert {tag: writer.scalars[tag] for tag in expected} == expected
+
+
+def test_eval_every_logs_at_each_multiple_crossed_and_at_the_end_and_leaves_training_unchanged():
+    """Evaluation runs on environments of its own: the training figures of the seed are those of a run
+    without it, and the last evaluation is of the final policy."""
+    cli_args = ["--env-id", "Hopper-v4", "--total-timesteps", "4096", "--seed", "5", "--eval-episodes", "3", *SMALL]
+    plain, evaluated = RecordingWriter(), RecordingWriter()
+    ppo.train(ppo.parse_args(cli_args)[0], plain)
+    args, _ = ppo.parse_args([*cli_args, "--eval-every", "1500"])
+    result = ppo.train(args, evaluated)
+
+    eval_log = evaluated.scalars.pop("eval/episodic_return")
+    # 512 steps an iteration: 1500 is crossed at 1536, 3000 at 3072; 4096 is the last iteration.
+    assert [step for step, _ in eval_log] == [1536, 3072, 4096]
+    del plain.scalars["charts/SPS"], evaluated.scalars["charts/SPS"]
+    assert evaluated.scalars == plain.scalars
+    returns, _ = ppo.evaluate(args, ppo.make_policy(args), result.train_state.params, result.env_state.obs_rms)
+    assert eval_log[-1][1] == pytest.approx(returns.mean(), rel=1e-6)
+    assert len({value for _, value in eval_log}) == 3  # three different policies
 
 
 def test_recompute_adv_changes_only_the_epochs_after_the_first():
@@ -201,6 +231,7 @@ def test_the_quick_envpool_import_registers_every_mujoco_task():
         (["--num-steps", "-1"], "--num-steps must be positive, got -1"),
         (["--total-timesteps", "0"], "--total-timesteps must be positive, got 0"),
         (["--total-timesteps", "100"], "--total-timesteps 100 is less than one batch (2048 steps)"),
+        (["--learning-rate", "nan"], "--learning-rate must be finite and positive, got nan"),
     ],
 )
 def test_bad_input_is_one_line_on_stderr_and_a_nonzero_exit(tmp_path, cli_args, message):
@@ -209,3 +240,48 @@ def test_bad_input_is_one_line_on_stderr_and_a_nonzero_exit(tmp_path, cli_args, 
     (line,) = result.stderr.strip().splitlines()
     assert line.startswith("error: ") and message in line
     assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize(
+    "flag, value, requirement",
+    [
+        ("--gamma", "1.5", "in (0, 1]"),
+        ("--gamma", "0", "in (0, 1]"),
+        ("--gae-lambda", "-0.1", "in [0, 1]"),
+        ("--gae-lambda", "1.01", "in [0, 1]"),
+        ("--clip-coef", "-1", "positive"),
+        ("--clip-coef", "0", "positive"),
+        ("--max-grad-norm", "0", "positive"),
+        ("--learning-rate", "inf", "finite and positive"),
+        ("--learning-rate", "-3e-4", "finite and positive"),
+        ("--ent-coef", "-0.01", "finite and non-negative"),
+        ("--ent-coef", "nan", "finite and non-negative"),
+        ("--vf-coef", "inf", "finite and non-negative"),
+        ("--vf-coef", "-1", "finite and non-negative"),
+        ("--target-kl", "0", "positive where given"),
+        ("--target-kl", "nan", "positive where given"),
+        ("--adam-eps", "0", "finite and positive"),
+        ("--init-log-std", "-inf", "finite"),
+        ("--eval-every", "-1", "0 (off) or positive"),
+        ("--eval-episodes", "0", "positive"),
+        ("--num-threads", "-1", "0 (automatic) or positive"),
+    ],
+)
+def test_out_of_range_hyperparameters_are_refused_with_the_allowed_range(flag, value, requirement):
+    with pytest.raises(SystemExit) as exit_info:
+        ppo.parse_args([flag, value])
+    prefix = f"error: {flag} must be {requirement}, got "
+    assert exit_info.value.code.startswith(prefix)
+    np.testing.assert_equal(float(exit_info.value.code[len(prefix) :]), float(value))  # NaN equals NaN here
+
+
+@pytest.mark.parametrize(
+    "cli_args",
+    [
+        ["--gamma", "1", "--gae-lambda", "0"],
+        ["--gae-lambda", "1", "--ent-coef", "0", "--vf-coef", "0", "--eval-every", "0"],
+        ["--init-log-std", "-3", "--target-kl", "0.01", "--num-threads", "0"],
+    ],
+)
+def test_the_edges_of_each_range_are_accepted(cli_args):
+    ppo.parse_args(cli_args)

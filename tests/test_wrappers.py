@@ -68,3 +68,47 @@ def test_reward_scaler_matches_numpy_discounted_return_stream():
     )
     np.testing.assert_allclose(scaled, expected, rtol=1e-4, atol=1e-5)
     assert np.all(np.asarray(scaled)[is_reset] == 0.0)
+
+
+def test_return_normaliser_matches_a_numpy_loop_over_batches_and_recomputations():
+    """--reward-norm return (tianshou's rew_norm), batch after batch: the critic's outputs are multiplied by the
+    std of all lambda-returns seen before, GAE runs in reward units, the targets are the returns divided by
+    that std, and then the std takes in the new returns of the valid steps."""
+    from tests.test_advantages import numpy_gae, random_rollout
+
+    rng = np.random.default_rng(3)
+    num_steps, num_envs, gamma, lam = 16, 4, 0.9, 0.8
+    args = ppo.Args(num_envs=num_envs, num_steps=num_steps, gamma=gamma, gae_lambda=lam, reward_norm="return")
+    return_rms = ppo.rms_init(())
+    returns_seen = []
+    for _ in range(5):  # a rollout, then the same transitions with another critic, as a recomputation does
+        reward, _, _, terminated, truncated, is_reset = random_rollout(rng, num_steps, num_envs)
+        reward = reward * 50.0  # returns in the hundreds, far from the prior's unit std
+        for _ in range(2):
+            value = rng.normal(size=(num_steps, num_envs)).astype(np.float32)  # in units of the std
+            last_value = rng.normal(size=num_envs).astype(np.float32)
+            std = (
+                np.sqrt(numpy_moments_with_prior(np.array(returns_seen)[:, None])[1][0] + 1e-8) if returns_seen else 1.0
+            )
+            advantages, returns = numpy_gae(reward, value * std, last_value * std, terminated, truncated, gamma, lam)
+            returns_seen.extend(returns[~is_reset])
+
+            transitions = ppo.Transition(
+                obs=jnp.zeros((num_steps, num_envs, 1)),
+                action=jnp.zeros((num_steps, num_envs, 1)),
+                log_prob=jnp.zeros((num_steps, num_envs)),
+                value=jnp.asarray(value),
+                reward=jnp.asarray(reward),
+                terminated=jnp.asarray(terminated),
+                truncated=jnp.asarray(truncated),
+                is_reset=jnp.asarray(is_reset),
+            )
+            batch, return_rms = ppo.make_batch(
+                transitions, jnp.asarray(value), jnp.asarray(last_value), return_rms, args
+            )
+            np.testing.assert_allclose(batch.advantage, advantages.reshape(-1), rtol=1e-4, atol=1e-3)
+            np.testing.assert_allclose(batch.target, (returns / std).reshape(-1), rtol=1e-4, atol=1e-4)
+            np.testing.assert_array_equal(batch.value, value.reshape(-1))  # what the value clipping compares with
+            _, var = numpy_moments_with_prior(np.array(returns_seen)[:, None])
+            np.testing.assert_allclose(return_rms.var, var[0], rtol=1e-4)
+    assert np.sqrt(var[0]) > 20  # the std did move far from the prior's 1
