@@ -93,7 +93,7 @@ class Args:
 
     # The defaults are tianshou's MuJoCo PPO benchmark configuration (64 envs x 32 steps, 10 epochs of
     # minibatches of 64, value coefficient 0.25, advantages recomputed every epoch), with advantage
-    # normalisation and CleanRL's clipped value loss; see README.
+    # normalisation and CleanRL's clipped value loss; see docs/ablations.md.
     env_id: str = "HalfCheetah-v4"
     """the id of an EnvPool MuJoCo task"""
     total_timesteps: int = 1_000_000
@@ -119,15 +119,15 @@ class Args:
     update_epochs: int = 10
     """the K epochs to update the policy"""
     norm_adv: bool = True
-    """toggles advantages normalization (per minibatch; on, unlike tianshou: see README)"""
+    """toggles advantages normalization (per minibatch; on, unlike tianshou: see docs/ablations.md)"""
     recompute_adv: bool = True
     """recompute advantages and value targets with the current critic before each epoch after the first
-    (tianshou's default; measured against off in the README)"""
+    (tianshou's default; measured against off in docs/ablations.md)"""
     clip_coef: float = 0.2
     """the surrogate clipping coefficient"""
     clip_vloss: bool = True
     """toggles whether or not to use a clipped loss for the value function, as per the paper (on, unlike
-    tianshou: see README)"""
+    tianshou: see docs/ablations.md)"""
     ent_coef: float = 0.0
     """coefficient of the entropy"""
     vf_coef: float = 0.25

@@ -104,6 +104,7 @@ def reference_run(run_dir: Path, window_steps=100_000, short_fraction=0.1) -> di
         "final_return": float(np.mean(returns)),
         "wall_clock": max(wall_times) - min(wall_times),
         "last_return": scalars(events, "charts/episodic_return")[-1][1],
+        "eval_returns": scalars(events, "eval/episodic_return"),
         "hyperparameters": hyperparameters(events),
     }
 
@@ -184,6 +185,7 @@ def test_report_matches_event_files(sweep, tmp_path):
         check=False, capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert report.returncode == 0, report.stderr
+    assert str(workdir / "runs" / "logs") not in report.stderr  # benchmark.sh's own folder: passed over silently
     markdown = (out_dir / "benchmark.md").read_text()
     assert markdown == report.stdout
     assert "use the last 10% of the run" in markdown  # 4096 steps < the 100k window: the caption says so
@@ -202,6 +204,10 @@ def test_report_matches_event_files(sweep, tmp_path):
         mean, std = parse_mean_std(row["Wall-clock [s]"])
         assert mean == pytest.approx(np.mean(walls), abs=0.06)
         assert std == pytest.approx(np.std(walls), abs=0.06)
+        # an eval return and an eval curve exactly when some seed logged an evaluation
+        evaluated = any(ref["eval_returns"] for ref in refs)
+        assert (row["Max eval return"] != "n/a") == evaluated
+        assert (out_dir / f"{env_id}_eval_vs_steps.png").exists() == evaluated
 
         for axis in ("steps", "time"):
             png = out_dir / f"{env_id}_return_vs_{axis}.png"
