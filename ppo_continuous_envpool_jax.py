@@ -89,11 +89,14 @@ class Args:
     """evaluate the model saved at this path instead of training (task and network come from the file)"""
     resume: str | None = None
     """continue the run whose model was saved at this path: its flags are the defaults, flags given now
-    override them (not --env-id, --hidden-sizes, --norm-obs); a new --total-timesteps reshapes the lr schedule"""
+    override them (not --env-id, --hidden-sizes, --norm-obs, --reward-norm; --init-log-std has no effect); a
+    new --total-timesteps reshapes the lr schedule"""
 
-    # The defaults are tianshou's MuJoCo PPO benchmark configuration (64 envs x 32 steps, 10 epochs of
-    # minibatches of 64, value coefficient 0.25, advantages recomputed every epoch), with advantage
-    # normalisation and CleanRL's clipped value loss; see docs/ablations.md.
+    # The defaults start from tianshou's MuJoCo PPO benchmark configuration (64 envs x 32 steps, 10 epochs of
+    # minibatches of 64, value coefficient 0.25, advantages recomputed every epoch) and differ from it in
+    # advantage normalisation, CleanRL's clipped value loss, reward scaling instead of tianshou's return
+    # normalisation, the initial log-std (0, not -0.5) and Adam's epsilon (1e-5, not 1e-8); see
+    # docs/ablations.md.
     env_id: str = "HalfCheetah-v4"
     """the id of an EnvPool MuJoCo task"""
     total_timesteps: int = 1_000_000
@@ -139,9 +142,9 @@ class Args:
     norm_obs: bool = True
     """toggles observation normalization by running mean and variance"""
     reward_norm: Literal["none", "scale", "return"] = "scale"
-    """none: raw rewards; scale: rewards divided by the running std of the discounted return (CleanRL,
-    gymnasium's NormalizeReward); return: tianshou's rew_norm, raw rewards and a critic that predicts returns
-    divided by the running std of the lambda-returns"""
+    """none: raw rewards. scale: rewards divided by the running std of the discounted return (CleanRL,
+    gymnasium's NormalizeReward). return: tianshou's rew_norm, raw rewards and a critic that predicts
+    returns divided by the running std of the lambda-returns"""
     clip_action: bool = True
     """clip the policy's sample to [-1, 1] before scaling it onto the task's bounds (off: sent as sampled; MuJoCo
     clamps the control, but EnvPool charges the control cost on the action as sent)"""
@@ -232,12 +235,15 @@ def parse_args(cli_args: list[str] | None = None) -> tuple[Args, dict | None]:
             hidden_sizes=saved_args.hidden_sizes,
             norm_obs=saved_args.norm_obs,
             clip_action=saved_args.clip_action,
+            seed=saved_args.seed,  # so that it plays the episodes of the evaluations during training
         )
     args = tyro.cli(Args, args=cli_args, default=default)
     error = check_args(args)
     if checkpoint is not None and error is None:
         saved_args = checkpoint["args"]
-        for name in ("env_id", "hidden_sizes", "norm_obs"):
+        # What the saved parameters and statistics were made for; resuming also keeps the critic's units.
+        fixed = ("env_id", "hidden_sizes", "norm_obs") + (("reward_norm",) if saved.resume else ())
+        for name in fixed:
             if getattr(args, name) != getattr(saved_args, name):
                 error = (
                     f"--{name.replace('_', '-')} {getattr(args, name)} differs from the saved model's "
@@ -698,6 +704,8 @@ def load_checkpoint(path: str) -> dict:
             checkpoint = flax.serialization.msgpack_restore(f.read())
         saved = json.loads(checkpoint["args"])
         saved["hidden_sizes"] = tuple(saved["hidden_sizes"])
+        if "scale_reward" in saved:  # saved before --reward-norm replaced --scale-reward
+            saved["reward_norm"] = "scale" if saved.pop("scale_reward") else "none"
         checkpoint["args"] = Args(**saved)
     except (OSError, ValueError, KeyError, TypeError) as error:
         sys.exit(f"error: cannot read a model from {path}: {error}")
@@ -811,7 +819,7 @@ class Dispatched(NamedTuple):
     global_step: int  # after it
     logs: tuple  # its figures for the log, still on the device
     before: TrainResult  # the state before it, which train() returns if it went non-finite
-    policy: tuple  # (params, obs_rms) after it, for --eval-every
+    policy_state: tuple  # (params, obs_rms) after it, for --eval-every
 
 
 @contextlib.contextmanager
@@ -884,6 +892,8 @@ def train(args: Args, writer, stop: StopRequest | None = None, checkpoint: dict 
         # each epoch, NumPy's shuffle next to nothing.
         shuffler = np.random.default_rng((args.seed, iteration))
         env_state, transitions, batch, stats = collect_fn(train_state.params, env_state, iteration_key)
+        # With --reward-norm return, each recomputation updates the return statistics, which travel in
+        # env_state with the rest of the normalisation (and the checkpoint) to the next iteration.
         return_rms = env_state.return_rms
         for epoch in range(args.update_epochs):
             if epoch > 0 and args.recompute_adv:
@@ -894,14 +904,17 @@ def train(args: Args, writer, stop: StopRequest | None = None, checkpoint: dict 
         env_state = env_state.replace(return_rms=return_rms)
         return train_state, env_state, (stats, losses, summarize(train_state))
 
+    eval_seconds = 0.0  # spent in --eval-every's evaluations, which charts/SPS leaves out
+
     def log_iteration(dispatched: Dispatched, report) -> str | None:
         """Wait for an iteration's figures and log them; returns what went non-finite, if anything."""
+        nonlocal eval_seconds
         iteration, global_step = dispatched.iteration, dispatched.global_step
         stats, losses, (params_finite, lr) = jax.device_get(dispatched.logs)
         failure = first_nonfinite(losses, params_finite)
         if failure:
             return f"{failure} at iteration {iteration} (global_step {global_step})"
-        sps = int((global_step - start_step) / (time.time() - start_time))
+        sps = int((global_step - start_step) / (time.time() - start_time - eval_seconds))
         has_episodes = stats["num_episodes"] > 0
         if has_episodes:
             writer.add_scalar("charts/episodic_return", stats["episodic_return"], global_step)
@@ -918,7 +931,9 @@ def train(args: Args, writer, stop: StopRequest | None = None, checkpoint: dict 
             global_step // args.eval_every > (global_step - args.batch_size) // args.eval_every
             or iteration == args.num_iterations
         ):
-            eval_return = evaluate(args, policy, *dispatched.policy)[0].mean()
+            eval_start = time.time()
+            eval_return = evaluate(args, policy, *dispatched.policy_state)[0].mean()
+            eval_seconds += time.time() - eval_start
             writer.add_scalar("eval/episodic_return", eval_return, global_step)
             line += f" eval={eval_return:.1f}"
         report(global_step, line)
@@ -1005,9 +1020,11 @@ def run_training(args: Args, checkpoint: dict | None):
         if args.save_model:
             save_checkpoint(model_path, args, result.train_state, result.env_state, result.global_step)
             print(f"model saved to {model_path}")
-        if result.failure is None and stop.signum is None and (args.save_model or args.capture_video):
+        # With --eval-every, train() has evaluated the final policy already: only a video needs another run.
+        final_eval = args.capture_video or (args.save_model and not args.eval_every)
+        if result.failure is None and stop.signum is None and final_eval:
             returns = run_evaluation(args, result.train_state.params, result.env_state.obs_rms, run_name)
-            if not args.eval_every:  # else train() has logged this same evaluation already
+            if not args.eval_every:
                 writer.add_scalar("eval/episodic_return", returns.mean(), result.global_step)
     finally:
         writer.close()

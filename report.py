@@ -9,8 +9,8 @@ groups the runs by (env id, exp name) over seeds, and writes
   and, when some run of the env id logged `eval/episodic_return`, the evaluation return against environment
   steps; a mean line and a shaded ±std band over seeds per exp name.
 
-A sweep may still be running: a run directory whose event file holds no scalar yet is listed as
-"in progress / empty" and counts nowhere else. Other directories are skipped with a line on stderr, except
+A sweep may still be running: a run that has logged fewer steps than the longest run of its (env id,
+exp name), or no scalar at all yet, is listed as "in progress" and counts nowhere else. Other directories are skipped with a line on stderr, except
 `logs`, where benchmark.sh keeps the sweeps' logs.
 
 Definitions
@@ -26,9 +26,9 @@ Definitions
                 count, so the maximum is that of one curve, not a mix of each seed's best step.
   wall-clock    the wall time of a run's last scalar event minus that of its first event (the event
                 file's header, written when the run starts).
-  in progress / empty
-                a run with no scalar event yet (a run that has just started): left out of the means, of
-                the seed counts behind them and of the curves.
+  in progress   a run whose last step is below that of the longest run of its (env id, exp name), or
+                with no scalar event yet (a run that has just started): listed with what it has logged so
+                far, and left out of the means, of the seed counts behind them and of the curves.
   std           population standard deviation over seeds (numpy's default, ddof=0).
   curves        each seed's curve is linearly interpolated onto a common grid spanning the x range
                 that all seeds cover; the line is the mean over seeds, the band mean ± std. The eval curve
@@ -55,7 +55,7 @@ EVAL_TAG = "eval/episodic_return"
 PNG_SIZE = (500, 300)  # pixels: figsize (5, 3) at dpi 100
 RUN_DIR = re.compile(r"^(?P<env_id>[^_].*?)__(?P<exp_name>.+)__(?P<seed>\d+)__(?P<time>\d+)$")
 SWEEP_LOGS = "logs"  # benchmark.sh's runs/logs/<sweep>/: not a run, skipped without a word
-IN_PROGRESS = "in progress / empty"
+IN_PROGRESS = "in progress"
 
 
 @dataclass
@@ -65,7 +65,7 @@ class Run:
     seed: int
     start_time: int  # from the directory name
     path: Path
-    empty: bool  # no scalar logged yet: the run has just started; it counts in no mean and no curve
+    empty: bool  # no scalar logged yet: the run has just started
     steps: np.ndarray  # of the episodic-return events
     returns: np.ndarray
     seconds: np.ndarray  # wall-clock of the episodic-return events, from the run's first event
@@ -76,6 +76,7 @@ class Run:
     final_return: float  # nan when no return was logged in the window
     window: float  # steps averaged over for final_return; nan when empty
     short: bool  # the run was shorter than --window-steps
+    in_progress: bool = False  # empty, or behind the longest run of its group: in no mean and no curve
 
 
 class Parser(argparse.ArgumentParser):
@@ -298,8 +299,8 @@ def steps_cell(runs: list[Run]) -> str:
 
 def seeds_cell(runs: list[Run]) -> str:
     """How many seeds the means are over, and how many more are listed but still empty."""
-    empty = sum(run.empty for run in runs)
-    return f"{len(runs) - empty}" + (f" (+{empty} in progress)" if empty else "")
+    in_progress = sum(run.in_progress for run in runs)
+    return f"{len(runs) - in_progress}" + (f" (+{in_progress} in progress)" if in_progress else "")
 
 
 def max_eval_cell(runs: list[Run]) -> str:
@@ -339,7 +340,7 @@ def render_markdown(groups: dict[tuple[str, str], list[Run]], args, plots: dict[
     ]
     rows = []
     for (env_id, exp_name), runs in sorted(groups.items()):
-        logged = [run for run in runs if not run.empty]
+        logged = [run for run in runs if not run.in_progress]
         mark = " †" if any(run.short for run in logged) else ""
         rows.append(
             [
@@ -360,7 +361,8 @@ def render_markdown(groups: dict[tuple[str, str], list[Run]], args, plots: dict[
         "## Runs",
         "",
         (
-            f"**Status**: `included` in the means above, or `{IN_PROGRESS}`: no scalar logged yet, left out. "
+            f"**Status**: `included` in the means above, or `{IN_PROGRESS}`: fewer steps than the longest run "
+            "of its experiment (or none yet), left out. "
             f"**Last eval**: the run's last `{EVAL_TAG}`."
         ),
         "",
@@ -368,10 +370,10 @@ def render_markdown(groups: dict[tuple[str, str], list[Run]], args, plots: dict[
     rows = []
     for (env_id, exp_name), runs in sorted(groups.items()):
         for run in runs:
+            status = IN_PROGRESS if run.in_progress else "included"
             if run.empty:
-                status, numbers = IN_PROGRESS, ["-"] * 5
+                numbers = ["-"] * 5
             else:
-                status = "included"
                 numbers = [
                     str(run.total_steps),
                     f"{run.window:g}",
@@ -521,13 +523,17 @@ def main(argv=None) -> int:
     for info, path in found:
         run = load_run(info, path, args.window_steps, args.short_run_fraction)
         groups[(run.env_id, run.exp_name)].append(run)
+    for runs in groups.values():
+        longest = max(run.total_steps for run in runs)
+        for run in runs:
+            run.in_progress = run.empty or run.total_steps < longest
 
     args.out_dir.mkdir(parents=True, exist_ok=True)
     plots: dict[str, list[str]] = {}
     if not args.no_plots:
         by_env: dict[str, dict[str, list[Run]]] = defaultdict(dict)
         for (env_id, exp_name), runs in groups.items():
-            logged = [run for run in runs if not run.empty]
+            logged = [run for run in runs if not run.in_progress]
             if logged:  # an env id whose runs are all still empty gets no (empty) plots
                 by_env[env_id][exp_name] = logged
         for env_id, env_groups in sorted(by_env.items()):

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from matplotlib.image import imread
 
 REPO = Path(__file__).resolve().parents[1]
 BENCHMARK = REPO / "benchmark.sh"
@@ -147,7 +148,8 @@ def sweep(tmp_path_factory):
     workdir = tmp_path_factory.mktemp("sweep")
     result = benchmark(
         "--workdir", workdir, "--env-ids", " ".join(ENVS), "--seeds", 2, "--workers", 2,
-        "--", "--total-timesteps", 4096, "--num-envs", 8, "--num-steps", 64,
+        "--", "--total-timesteps", 4096, "--num-envs", 8, "--num-steps", 64, "--eval-every", 2048,
+        "--eval-episodes", 2,
     )  # fmt: skip
     return workdir, result
 
@@ -204,15 +206,17 @@ def test_report_matches_event_files(sweep, tmp_path):
         mean, std = parse_mean_std(row["Wall-clock [s]"])
         assert mean == pytest.approx(np.mean(walls), abs=0.06)
         assert std == pytest.approx(np.std(walls), abs=0.06)
-        # an eval return and an eval curve exactly when some seed logged an evaluation
-        evaluated = any(ref["eval_returns"] for ref in refs)
-        assert (row["Max eval return"] != "n/a") == evaluated
-        assert (out_dir / f"{env_id}_eval_vs_steps.png").exists() == evaluated
+        # --eval-every 2048: both seeds evaluated at 2048 and 4096; the best of the mean over seeds
+        evals = [{step: value for step, value, _ in ref["eval_returns"]} for ref in refs]
+        assert all(sorted(e) == [2048, 4096] for e in evals)
+        mean_curve = {step: np.mean([e[step] for e in evals]) for step in (2048, 4096)}
+        best_step = max(mean_curve, key=mean_curve.get)
+        value, step = row["Max eval return"].split(" @ ")
+        assert (float(value), int(step)) == (pytest.approx(mean_curve[best_step], abs=0.006), best_step)
+        assert imread(out_dir / f"{env_id}_eval_vs_steps.png").shape[:2] == (300, 500)
 
         for axis in ("steps", "time"):
             png = out_dir / f"{env_id}_return_vs_{axis}.png"
-            from matplotlib.image import imread
-
             assert imread(png).shape[:2] == (300, 500)  # height, width
             assert f"]({png.name})" in markdown
 

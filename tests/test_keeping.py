@@ -4,6 +4,7 @@ Each test runs the real thing: the script in a subprocess on real EnvPool enviro
 real signals, MuJoCo's real renderer (OSMesa on CPU machines).
 """
 
+import json
 import os
 import pty
 import re
@@ -11,6 +12,7 @@ import signal
 import subprocess
 from dataclasses import replace
 
+import flax
 import imageio.v2 as imageio
 import jax
 import numpy as np
@@ -24,9 +26,12 @@ HOPPER = ["--env-id", "Hopper-v4", *SMALL]
 
 @pytest.fixture(scope="module")
 def saved_run(tmp_path_factory):
-    """A short Hopper run with --save-model: its directory and its stdout."""
+    """A short Hopper run with --save-model: its directory and its stdout. Seed 2: --evaluate must take it from
+    the file to play the same episodes."""
     cwd = tmp_path_factory.mktemp("saved")
-    result = run_script(*HOPPER, "--total-timesteps", "4096", "--save-model", "--eval-episodes", "4", cwd=cwd)
+    result = run_script(
+        *HOPPER, "--total-timesteps", "4096", "--seed", "2", "--save-model", "--eval-episodes", "4", cwd=cwd
+    )
     assert result.returncode == 0, result.stderr
     return only_run_dir(cwd), result.stdout
 
@@ -133,6 +138,32 @@ def test_resume_refuses_a_different_task(saved_run, tmp_path):
                         cwd=tmp_path)  # fmt: skip
     assert result.returncode != 0
     assert result.stderr.strip() == "error: --env-id Ant-v4 differs from the saved model's Hopper-v4"
+
+
+def test_resume_refuses_another_reward_normalisation(saved_run):
+    """The critic of a --reward-norm scale run predicts scaled returns; the statistics are of another return."""
+    run_dir, _ = saved_run
+    with pytest.raises(SystemExit) as exit_info:
+        ppo.parse_args(["--resume", str(run_dir / "ppo_continuous_envpool_jax.model"), "--reward-norm", "return"])
+    assert exit_info.value.code == "error: --reward-norm return differs from the saved model's scale"
+
+
+@pytest.mark.parametrize(("scale_reward", "reward_norm"), [(True, "scale"), (False, "none")])
+def test_a_model_saved_with_scale_reward_loads_as_the_matching_reward_norm(
+    saved_run, tmp_path, scale_reward, reward_norm
+):
+    """Models saved before --reward-norm have --scale-reward in their flags."""
+    run_dir, _ = saved_run
+    state = flax.serialization.msgpack_restore((run_dir / "ppo_continuous_envpool_jax.model").read_bytes())
+    old_args = json.loads(state["args"])
+    for name in ("reward_norm", "clip_action", "adam_eps", "init_log_std", "eval_every"):
+        del old_args[name]
+    old_args["scale_reward"] = scale_reward
+    state["args"] = json.dumps(old_args)
+    old_model = tmp_path / "old.model"
+    old_model.write_bytes(flax.serialization.msgpack_serialize(state))
+    args = ppo.load_checkpoint(str(old_model))["args"]
+    assert args.reward_norm == reward_norm and args.seed == 2 and args.clip_action
 
 
 def test_non_finite_loss_stops_with_the_iteration_and_quantity_and_keeps_the_last_finite_model(tmp_path):

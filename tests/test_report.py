@@ -48,7 +48,7 @@ def run_rows(markdown: str) -> dict[str, dict[str, str]]:
 # ---------------------------------------------------------------------------------------------------
 
 
-def test_empty_runs_are_listed_but_left_out_of_the_means(tmp_path, capsys):
+def test_runs_in_progress_are_listed_but_left_out_of_the_means(tmp_path, capsys):
     runs = tmp_path / "runs"
     write_run(runs, f"{ENV}__ppo__1__100", {"charts/episodic_return": [(100, 1.0), (200, 2.0), (300, 3.0), (400, 4.0)]})
     # seed 2 has just started: its event file exists but is still empty
@@ -56,21 +56,26 @@ def test_empty_runs_are_listed_but_left_out_of_the_means(tmp_path, capsys):
     (runs / f"{ENV}__ppo__2__100" / "events.out.tfevents.100.host").touch()
     # seed 3 got a little further: the header, no scalar yet
     write_run(runs, f"{ENV}__ppo__3__100", {})
+    # seed 4 is halfway: its own last-window mean (10.0) must not enter the group's
+    write_run(runs, f"{ENV}__ppo__4__100", {"charts/episodic_return": [(100, 10.0), (200, 10.0)]})
 
     code, markdown, _ = run_report(runs, tmp_path / "out", capsys, "--window-steps", "250")
 
     assert code == 0
     # the final return is seed 1's alone: steps > 400 - 250 hold the returns 2, 3, 4
     row = group_rows(markdown)["ppo"]
-    assert row["Seeds"] == "1 (+2 in progress)"
+    assert row["Seeds"] == "1 (+3 in progress)"
     assert row["Steps"] == "400"
     assert row["Final return"] == "3.00"  # one seed: no ± and no "(1/3 seeds)"
     rows = run_rows(markdown)
     assert rows[f"{ENV}__ppo__1__100"]["Status"] == "included"
     for seed in (2, 3):
         empty = rows[f"{ENV}__ppo__{seed}__100"]
-        assert empty["Status"] == "in progress / empty"
+        assert empty["Status"] == "in progress"
         assert [empty[column] for column in ("Steps", "Final return", "Last eval", "Wall-clock [s]")] == ["-"] * 4
+    halfway = rows[f"{ENV}__ppo__4__100"]
+    assert halfway["Status"] == "in progress"
+    assert (halfway["Steps"], halfway["Final return"]) == ("200", "10.00")  # what it has so far, shown
 
 
 def test_only_empty_runs_still_give_a_report(tmp_path, capsys):
@@ -141,9 +146,14 @@ def test_max_eval_return_is_the_max_of_the_mean_over_seeds(tmp_path, capsys):
 
 def test_max_eval_return_skips_steps_not_every_seed_has_reached(tmp_path, capsys):
     runs = tmp_path / "runs"
-    # seed 1 is ahead: its eval at step 2000 has no partner yet, so the mean is over step 1000 only
+    # both ran to step 2000, but seed 2 evaluated only at 1000: seed 1's eval at 2000 has no partner, so the
+    # mean is over step 1000 only
     write_run(runs, f"{ENV}__ppo__1__100", {"eval/episodic_return": [(1000, 10.0), (2000, 90.0)]})
-    write_run(runs, f"{ENV}__ppo__2__100", {"eval/episodic_return": [(1000, 20.0)]})
+    write_run(
+        runs,
+        f"{ENV}__ppo__2__100",
+        {"eval/episodic_return": [(1000, 20.0)], "charts/episodic_return": [(2000, 5.0)]},
+    )
 
     code, markdown, _ = run_report(runs, tmp_path / "out", capsys, "--no-plots")
 
