@@ -26,6 +26,21 @@ def random_rollout(rng, num_steps, num_envs):
     return reward, value, last_value, terminated, truncated, is_reset
 
 
+def rollout_transitions(obs, value, reward, terminated, truncated, is_reset) -> ppo.Transition:
+    """NumPy arrays (T, N, ...) as the rollout's Transition; actions and log-probabilities do not matter here."""
+    num_steps, num_envs = reward.shape
+    return ppo.Transition(
+        obs=jnp.asarray(obs),
+        action=jnp.zeros((num_steps, num_envs, 2)),
+        log_prob=jnp.zeros((num_steps, num_envs)),
+        value=jnp.asarray(value),
+        reward=jnp.asarray(reward),
+        terminated=jnp.asarray(terminated),
+        truncated=jnp.asarray(truncated),
+        is_reset=jnp.asarray(is_reset),
+    )
+
+
 def numpy_gae(reward, value, last_value, terminated, truncated, gamma, lam):
     num_steps, num_envs = reward.shape
     advantages = np.zeros((num_steps, num_envs))
@@ -88,16 +103,7 @@ def test_recomputed_batch_uses_the_current_critic():
     obs = rng.normal(size=(num_steps, num_envs, obs_dim)).astype(np.float32)
     last_obs = rng.normal(size=(num_envs, obs_dim)).astype(np.float32)
     stale_value = np.full((num_steps, num_envs), 123.0, np.float32)  # what the rollout's critic said
-    transitions = ppo.Transition(
-        obs=jnp.asarray(obs),
-        action=jnp.zeros((num_steps, num_envs, 2)),
-        log_prob=jnp.zeros((num_steps, num_envs)),
-        value=jnp.asarray(stale_value),
-        reward=jnp.asarray(reward),
-        terminated=jnp.asarray(terminated),
-        truncated=jnp.asarray(truncated),
-        is_reset=jnp.asarray(is_reset),
-    )
+    transitions = rollout_transitions(obs, stale_value, reward, terminated, truncated, is_reset)
     network = ppo.ActorCritic(action_dim=2)
     params = network.init(jax.random.PRNGKey(0), obs[0])
     args = ppo.Args(num_envs=num_envs, num_steps=num_steps, gamma=0.9, gae_lambda=0.8)

@@ -5,6 +5,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import ppo_continuous_envpool_jax as ppo
+from tests.test_advantages import numpy_gae, random_rollout, rollout_transitions
 
 PRIOR = 1e-4  # gymnasium's prior count: mean 0, variance 1 with this weight
 
@@ -74,8 +75,6 @@ def test_return_normaliser_matches_a_numpy_loop_over_batches_and_recomputations(
     """--reward-norm return (tianshou's rew_norm), batch after batch: the critic's outputs are multiplied by the
     std of all lambda-returns seen before, GAE runs in reward units, the targets are the returns divided by
     that std, and then the std takes in the new returns of the valid steps."""
-    from tests.test_advantages import numpy_gae, random_rollout
-
     rng = np.random.default_rng(3)
     num_steps, num_envs, gamma, lam = 16, 4, 0.9, 0.8
     args = ppo.Args(num_envs=num_envs, num_steps=num_steps, gamma=gamma, gae_lambda=lam, reward_norm="return")
@@ -93,16 +92,8 @@ def test_return_normaliser_matches_a_numpy_loop_over_batches_and_recomputations(
             advantages, returns = numpy_gae(reward, value * std, last_value * std, terminated, truncated, gamma, lam)
             returns_seen.extend(returns[~is_reset])
 
-            transitions = ppo.Transition(
-                obs=jnp.zeros((num_steps, num_envs, 1)),
-                action=jnp.zeros((num_steps, num_envs, 1)),
-                log_prob=jnp.zeros((num_steps, num_envs)),
-                value=jnp.asarray(value),
-                reward=jnp.asarray(reward),
-                terminated=jnp.asarray(terminated),
-                truncated=jnp.asarray(truncated),
-                is_reset=jnp.asarray(is_reset),
-            )
+            obs = np.zeros((num_steps, num_envs, 1), np.float32)
+            transitions = rollout_transitions(obs, value, reward, terminated, truncated, is_reset)
             batch, return_rms = ppo.make_batch(
                 transitions, jnp.asarray(value), jnp.asarray(last_value), return_rms, args
             )
