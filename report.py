@@ -10,8 +10,8 @@ groups the runs by (env id, exp name) over seeds, and writes
   steps; a mean line and a shaded ±std band over seeds per exp name.
 
 A sweep may still be running: a run that has logged fewer steps than the longest run of its (env id,
-exp name), or no scalar at all yet, is listed as "in progress" and counts nowhere else. Other directories are skipped with a line on stderr, except
-`logs`, where benchmark.sh keeps the sweeps' logs.
+exp name), or no scalar at all yet, is listed as "in progress" and counts nowhere else. Other directories
+are skipped with a line on stderr, except `logs`, where benchmark.sh keeps the sweeps' logs.
 
 Definitions
   final return  the mean of the `charts/episodic_return` values logged in the last `--window-steps`
@@ -298,7 +298,7 @@ def steps_cell(runs: list[Run]) -> str:
 
 
 def seeds_cell(runs: list[Run]) -> str:
-    """How many seeds the means are over, and how many more are listed but still empty."""
+    """How many seeds the means are over, and how many more are listed but still in progress."""
     in_progress = sum(run.in_progress for run in runs)
     return f"{len(runs) - in_progress}" + (f" (+{in_progress} in progress)" if in_progress else "")
 
