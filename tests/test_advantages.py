@@ -104,7 +104,7 @@ def test_recomputed_batch_uses_the_current_critic():
     last_obs = rng.normal(size=(num_envs, obs_dim)).astype(np.float32)
     stale_value = np.full((num_steps, num_envs), 123.0, np.float32)  # what the rollout's critic said
     transitions = rollout_transitions(obs, stale_value, reward, terminated, truncated, is_reset)
-    network = ppo.ActorCritic(action_dim=2)
+    network = ppo.ActorCritic(action_dim=2, hidden_sizes=(64, 64), init_log_std=0.0)
     params = network.init(jax.random.PRNGKey(0), obs[0])
     args = ppo.Args(num_envs=num_envs, num_steps=num_steps, gamma=0.9, gae_lambda=0.8)
 

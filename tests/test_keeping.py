@@ -164,6 +164,7 @@ def test_a_model_saved_with_scale_reward_loads_as_the_matching_reward_norm(
     old_model.write_bytes(flax.serialization.msgpack_serialize(state))
     args = ppo.load_checkpoint(str(old_model))["args"]
     assert args.reward_norm == reward_norm and args.seed == 2 and args.clip_action
+    assert args.init_log_std == 0.0  # what those models were initialised with, not today's default
 
 
 def test_non_finite_loss_stops_with_the_iteration_and_quantity_and_keeps_the_last_finite_model(tmp_path):
