@@ -208,26 +208,20 @@ def read_csv(path: Path) -> list[dict[str, str]]:
 
 def test_csvs_match_the_event_files(tmp_path, capsys):
     runs = tmp_path / "runs"
-    write_run(
-        runs,
-        f"{ENV}__ppo__1__100",
-        {
-            "charts/episodic_return": [(100, 1.0), (200, 2.0), (300, 3.0), (400, 4.0)],
-            "eval/episodic_return": [(200, 10.0), (400, 30.0)],
-            "charts/success_rate": [(100, 0.0), (200, 0.5), (300, 1.0), (400, 1.0)],
-            "eval/success_rate": [(200, 0.0), (400, 1.0)],
-        },
-    )
-    write_run(
-        runs,
-        f"{ENV}__ppo__2__100",
-        {
-            "charts/episodic_return": [(100, 3.0), (200, 4.0), (300, 5.0), (400, 8.0)],
-            "eval/episodic_return": [(200, 20.0), (400, 10.0)],
-            "charts/success_rate": [(100, 0.0), (200, 0.0), (300, 0.5), (400, 1.0)],
-            "eval/success_rate": [(200, 0.5), (400, 0.5)],
-        },
-    )
+    training_steps, eval_steps = (100, 200, 300, 400), (200, 400)
+    # per seed: the values of charts/episodic_return, eval/episodic_return, charts/success_rate, eval/success_rate
+    logged = {
+        1: ([1, 2, 3, 4], [10, 30], [0, 0.5, 1, 1], [0, 1]),
+        2: ([3, 4, 5, 8], [20, 10], [0, 0, 0.5, 1], [0.5, 0.5]),
+    }
+    for seed, (returns, evals, successes, eval_successes) in logged.items():
+        scalars = {
+            "charts/episodic_return": list(zip(training_steps, returns)),
+            "eval/episodic_return": list(zip(eval_steps, evals)),
+            "charts/success_rate": list(zip(training_steps, successes)),
+            "eval/success_rate": list(zip(eval_steps, eval_successes)),
+        }
+        write_run(runs, f"{ENV}__ppo__{seed}__100", scalars)
     write_run(runs, f"{ENV}__ppo__3__100", {"charts/episodic_return": [(100, 7.0)]})  # in progress
 
     # 4 grid points over steps 100-400 are the logged steps themselves: no interpolation to redo here
