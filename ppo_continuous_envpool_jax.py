@@ -148,13 +148,10 @@ def env_step(xla_step, handle, action):
 def to_env_action(action, low, high, clip: bool):
     """The policy acts in [-1, 1] in every dimension; clip there (with `clip`) and map onto the task's bounds.
 
-    So its Gaussian starts with the same spread relative to the range on every task: Humanoid's bounds are
-    +-0.4, and a unit standard deviation in raw units would mostly be clipped into bang-bang control. EnvPool
-    charges the control cost on the action as sent: clipped, out-of-bounds samples cost nothing extra;
-    unclipped, MuJoCo clamps the control but the policy pays for leaving the bounds. With bounds of +-1 (most
-    MuJoCo tasks) the mapping is the identity. NaN becomes 0: when training diverges, the rollout already
-    dispatched after it (see `train`) runs with NaN parameters and is thrown away, and MuJoCo would warn
-    about every NaN control it gets.
+    So its Gaussian starts with the same spread relative to the range on every task (Humanoid's bounds are
+    +-0.4). EnvPool charges the control cost on the action as sent: clipped, out-of-bounds samples cost
+    nothing extra. NaN becomes 0: when training diverges, the rollout already dispatched after it (see
+    `train`) runs with NaN parameters and is thrown away, and MuJoCo would warn about every NaN control.
     """
     action = jnp.nan_to_num(action)
     if clip:
@@ -575,17 +572,6 @@ class RunState(NamedTuple):
     global_step: int
 
 
-def initial_state(programs: Programs, handle, first_obs, checkpoint: dict | None) -> RunState:
-    """A new run's state, or the state a checkpoint saved (on environments that start afresh)."""
-    if checkpoint is None:
-        env_state, train_state = programs.init_states(handle, first_obs, {})
-        return RunState(train_state, env_state, 0)
-    statistics = {name: RunningMeanStd(**checkpoint[name]) for name in ("obs_rms", "return_rms")}
-    env_state, train_state = programs.init_states(handle, first_obs, statistics)
-    train_state = flax.serialization.from_state_dict(train_state, checkpoint["train_state"])
-    return RunState(train_state, env_state, int(checkpoint["global_step"]))
-
-
 def run_iteration(programs: Programs, state: RunState, iteration: int, args: PPOArgs):
     """Rollout, advantages and update epochs, dispatched: JAX returns before they have run. Returns the new
     state and the iteration's figures for the log, still on the device."""
@@ -730,6 +716,17 @@ def checkpoint_path(path: str) -> str:
         found = "no .model file" if not models else f"{len(models)} .model files"
         sys.exit(f"error: {path} holds {found}; name the model file to use")
     return models[0]
+
+
+def initial_state(programs: Programs, handle, first_obs, checkpoint: dict | None) -> RunState:
+    """A new run's state, or the state a checkpoint saved (on environments that start afresh)."""
+    if checkpoint is None:
+        env_state, train_state = programs.init_states(handle, first_obs, {})
+        return RunState(train_state, env_state, 0)
+    statistics = {name: RunningMeanStd(**checkpoint[name]) for name in ("obs_rms", "return_rms")}
+    env_state, train_state = programs.init_states(handle, first_obs, statistics)
+    train_state = flax.serialization.from_state_dict(train_state, checkpoint["train_state"])
+    return RunState(train_state, env_state, int(checkpoint["global_step"]))
 
 
 def load_checkpoint(path: str) -> dict:
