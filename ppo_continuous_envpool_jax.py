@@ -8,10 +8,12 @@ line. `python ppo_continuous_envpool_jax.py --help` lists the flags.
 
 Output contract (benchmark.sh reads it): the first line on stdout is `run_dir=<path>`, the directory the run
 logs to; then one line per iteration, `iteration=I/N global_step=S return=R SPS=X` (`return=-` before the
-first episode has ended), with ` eval=E` where the policy was evaluated.
+first episode has ended), followed by ` eval_step=S eval=E` for each evaluation that finished since the last
+line (and after the last iteration a line of those alone).
 """
 
 import argparse
+import collections
 import contextlib
 import difflib
 import glob
@@ -20,10 +22,12 @@ import math
 import os
 import signal
 import sys
+import threading
 import time
 import types
 import warnings
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, replace
 from functools import partial
 from typing import Literal, NamedTuple
@@ -628,6 +632,7 @@ def train(args: PPOArgs, logger: "IterationLogger", stop: "StopRequest | None" =
     if pending is not None and failure is None:
         failure = logger.log(*pending)
         logged = logged if failure else pending[1]
+    logger.finish()
     return TrainResult(*logged, failure)
 
 
@@ -899,17 +904,28 @@ def first_nonfinite(losses: dict, params_finite) -> str | None:
     return None
 
 
+def lowest_cpu_priority():
+    # Linux gives each thread a nice value of its own, and the threads EnvPool starts inherit it.
+    os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
+
+
 class IterationLogger:
     """What happens to each iteration that `train` hands over: its scalars and progress line, and on their
-    schedules the evaluation (--eval-every) and the checkpoint (--checkpoint-every-seconds)."""
+    schedules the evaluation (--eval-every) and the checkpoint (--checkpoint-every-seconds).
+
+    Evaluations run one at a time on a thread beside training, at the lowest CPU priority: they take the time
+    training leaves idle (its update epochs run on one core), and each is logged at the step it evaluated
+    once it has finished. Their results depend on the parameters and the seed alone, not on the timing.
+    """
 
     def __init__(self, args: Args, writer, report=print_progress, checkpoint_path: str | None = None):
         self.args, self.writer, self.report, self.checkpoint_path = args, writer, report, checkpoint_path
-        self.last_evaluation: Evaluation | None = None  # with --eval-every: at the end, of the final policy
+        self.evaluator = ThreadPoolExecutor(1, initializer=lowest_cpu_priority) if args.eval_every else None
+        self.evaluations = collections.deque()  # (global_step, future) in the order submitted
+        self.last_evaluation: Evaluation | None = None  # after finish(): of the final policy
 
     def start(self, global_step: int):
         self.start_time, self.start_step = time.time(), global_step
-        self.eval_seconds = 0.0  # spent in evaluations, which charts/SPS leaves out
         self.last_checkpoint_time = time.monotonic()
 
     def log(self, iteration: int, state: RunState, figures) -> str | None:
@@ -918,7 +934,7 @@ class IterationLogger:
         stats, losses, (params_finite, lr) = jax.device_get(figures)
         if failure := first_nonfinite(losses, params_finite):
             return f"{failure} at iteration {iteration} (global_step {global_step})"
-        sps = int((global_step - self.start_step) / (time.time() - self.start_time - self.eval_seconds))
+        sps = int((global_step - self.start_step) / (time.time() - self.start_time))
         has_episodes = stats["num_episodes"] > 0
         if has_episodes:
             writer.add_scalar("charts/episodic_return", stats["episodic_return"], global_step)
@@ -935,19 +951,34 @@ class IterationLogger:
             global_step // args.eval_every > (global_step - args.batch_size) // args.eval_every
             or iteration == args.num_iterations
         ):
-            eval_start = time.time()
-            evaluation = evaluate(args, state.train_state.params, state.env_state.obs_rms)
-            self.eval_seconds += time.time() - eval_start
-            self.last_evaluation = evaluation
-            writer.add_scalar("eval/episodic_return", evaluation.returns.mean(), global_step)
-            line += f" eval={evaluation.returns.mean():.1f}"
-        self.report(global_step, line)
+            params, obs_rms = state.train_state.params, state.env_state.obs_rms
+            self.evaluations.append((global_step, self.evaluator.submit(evaluate, args, params, obs_rms)))
         interval = args.checkpoint_every_seconds
-        if self.checkpoint_path and interval and time.monotonic() - self.last_checkpoint_time >= interval:
+        checkpoint_due = self.checkpoint_path and interval and time.monotonic() - self.last_checkpoint_time >= interval
+        # A checkpoint waits for the evaluations before it, so that a resumed run misses none.
+        self.report(global_step, line + self.write_evaluations(wait=checkpoint_due))
+        if checkpoint_due:
             writer.flush()  # the log up to the checkpoint is on disk before it, so a resumed run has no gap
             save_checkpoint(self.checkpoint_path, args, state)
             self.last_checkpoint_time = time.monotonic()
         return None
+
+    def write_evaluations(self, wait: bool) -> str:
+        """Log the evaluations that have finished (all of them, with `wait`); returns their progress-line part."""
+        line = ""
+        while self.evaluations and (wait or self.evaluations[0][1].done()):
+            global_step, future = self.evaluations.popleft()
+            self.last_evaluation = future.result()
+            self.writer.add_scalar("eval/episodic_return", self.last_evaluation.returns.mean(), global_step)
+            line += f" eval_step={global_step} eval={self.last_evaluation.returns.mean():.1f}"
+        return line
+
+    def finish(self):
+        """Wait for the evaluations still running and log them."""
+        if self.evaluator is not None:
+            if line := self.write_evaluations(wait=True):
+                self.report(None, line.lstrip())
+            self.evaluator.shutdown()
 
 
 def start_wandb(args: Args, run_name: str):
