@@ -105,6 +105,17 @@ def phase_milliseconds(args: ppo.Args, iterations: int) -> dict[str, float]:
     return {phase: 1e3 * statistics.median(values[1:]) for phase, values in seconds.items() if len(values) > 1}
 
 
+def checkpoint_milliseconds(args: ppo.Args, state: ppo.RunState) -> float:
+    """Median milliseconds of writing the run's checkpoint (serialise, write beside, rename)."""
+    seconds = []
+    with tempfile.TemporaryDirectory() as run_dir:
+        for _ in range(20):
+            start = time.perf_counter()
+            ppo.save_checkpoint(os.path.join(run_dir, "checkpoint.model"), args, state)
+            seconds.append(time.perf_counter() - start)
+    return 1e3 * statistics.median(seconds)
+
+
 class IterationClock:
     """A TensorBoard writer stand-in that notes when each iteration finished logging."""
 
@@ -133,7 +144,7 @@ def main():
     raw = raw_envpool_steps_per_second(args, num_chunks=5, steps_per_chunk=200)
     clock = IterationClock()
     with contextlib.redirect_stdout(io.StringIO()):
-        ppo.train(args, ppo.IterationLogger(args, clock))
+        result = ppo.train(args, ppo.IterationLogger(args, clock))
     raw += raw_envpool_steps_per_second(args, num_chunks=5, steps_per_chunk=200)
 
     iteration_seconds = np.diff(clock.times)
@@ -144,6 +155,13 @@ def main():
     print(f"training steps/s (median of {len(iteration_seconds)} iterations):    {training:10.0f}")
     print(f"ratio training / raw:                            {training / raw_median:10.2f}")
     print(f"imports of the training script (jax, envpool, flax, ...): {IMPORT_SECONDS:5.2f} s")
+    checkpoint_ms = checkpoint_milliseconds(args, ppo.RunState(*result[:3]))
+    run_seconds = args.total_timesteps / training
+    print(
+        f"one checkpoint (median of 20): {checkpoint_ms:.1f} ms; every {args.checkpoint_every_seconds:.0f} s that is "
+        f"{100 * checkpoint_ms / 1e3 / args.checkpoint_every_seconds:.3f}% of a run, one per iteration "
+        f"{100 * checkpoint_ms / 1e3 / (run_seconds / args.num_iterations):.1f}%"
+    )
     if options.phases:
         phases = phase_milliseconds(args, options.iterations)
         raw_ms = 1e3 * args.batch_size / raw_median
