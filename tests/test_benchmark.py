@@ -31,6 +31,13 @@ USABLE_CPUS = sorted(os.sched_getaffinity(0))
 pytestmark = pytest.mark.skipif(len(USABLE_CPUS) < 2, reason="the sweeps run two at a time: needs 2 usable cores")
 
 
+def default_signals():
+    """In the child: SIGINT and SIGTERM as a terminal gives them, whatever this test run inherited
+    (under `nohup ... &` SIGINT is ignored, and bash cannot trap a signal that was ignored on entry)."""
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, signal.SIG_DFL)
+
+
 def benchmark(*args, cwd=None, timeout=300, env=None) -> subprocess.CompletedProcess:
     return subprocess.run(
         [str(BENCHMARK), *map(str, args)],
@@ -40,6 +47,7 @@ def benchmark(*args, cwd=None, timeout=300, env=None) -> subprocess.CompletedPro
         text=True,
         timeout=timeout,
         env=env,
+        preexec_fn=default_signals,
     )
 
 
@@ -394,6 +402,7 @@ def test_interrupt_stops_runs_and_prints_summary(tmp_path, stub):
         [str(BENCHMARK), "--workdir", str(tmp_path), "--python", str(stub), "--env-ids", "Block-v0 Good-v0",
          "--seeds", "2", "--workers", "1"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, "STUB_FIFO": str(fifo)},
+        preexec_fn=default_signals,  # noqa: PLW1509 (no threads here; nothing else resets a disposition)
     )  # fmt: skip
     try:
         # wait (bounded) until the first Block-v0 run has started
