@@ -1,8 +1,9 @@
 """Tests of the sweep tooling: benchmark.sh (local and --slurm) and report.py.
 
 The sweep test trains for real (4 tiny runs, two at a time: about half a minute on 2 cores); the
-orchestration tests (failures, pinning, Ctrl-C, Slurm array) use a stub in place of Python, so they
-take no training time. report.py's numbers are checked against event files parsed here by hand
+orchestration tests (failures, pinning, Ctrl-C, sweeps killed with SIGKILL and continued, Slurm array)
+use a stub in place of Python that keeps the training script's side of the contract benchmark.sh
+states, so they take no training time. report.py's numbers are checked against event files parsed here by hand
 (TFRecord framing + tensorboardX's protobuf), a second code path next to its EventAccumulator.
 The test against a real single-node Slurm is opt-in: RUN_SLURM_TESTS=1.
 """
@@ -18,6 +19,7 @@ import signal
 import struct
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -51,16 +53,56 @@ def benchmark(*args, cwd=None, timeout=300, env=None) -> subprocess.CompletedPro
     )
 
 
+def start_benchmark(*args, env=None) -> subprocess.Popen:
+    """benchmark.sh in the background (read its stdout with read_until, then communicate)."""
+    return subprocess.Popen(
+        [str(BENCHMARK), *map(str, args)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        preexec_fn=default_signals,  # noqa: PLW1509 (no threads here; nothing else resets a disposition)
+    )
+
+
+def read_until(fd: int, text: str, timeout: float) -> str:
+    """What the pipe `fd` gives until `text` has appeared, waiting at most `timeout` seconds in all."""
+    seen = b""
+    deadline = time.monotonic() + timeout
+    while text.encode() not in seen:
+        ready, _, _ = select.select([fd], [], [], max(deadline - time.monotonic(), 0))
+        assert ready, f"{text!r} did not appear within {timeout} s; got {seen.decode()!r}"
+        chunk = os.read(fd, 65536)
+        assert chunk, f"the pipe closed before {text!r}; got {seen.decode()!r}"
+        seen += chunk
+    return seen.decode()
+
+
+def kill_sweep(process: subprocess.Popen, sweep_dir: Path, whole_runs: bool = True):
+    """SIGKILL benchmark.sh and each running run's task (with whole_runs, its whole process group, as a
+    lost machine would; without, the training processes live on as orphans)."""
+    process.kill()
+    process.wait(timeout=10)
+    for lock in sweep_dir.glob("*.lock"):
+        pid = int(lock.read_text())  # the task that holds (or last held) the run's lock
+        try:
+            if b"--task" not in Path(f"/proc/{pid}/cmdline").read_bytes():
+                continue  # that task has ended, and its pid was taken by something else
+            (os.killpg if whole_runs else os.kill)(pid, signal.SIGKILL)
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+
+
 def summary_rows(stdout: str) -> dict[tuple[str, int], dict]:
-    """The rows of benchmark.sh's summary table: (env, seed) -> status, return."""
+    """The rows of benchmark.sh's summary table: (env, seed) -> status, action, return, log."""
     lines = stdout.splitlines()
     start = next(i for i, line in enumerate(lines) if line.startswith("env ") and "status" in line)
     rows = {}
     for line in lines[start + 1 :]:
         if re.match(r"^\d+/\d+ runs succeeded", line):
             break
-        env_id, seed, status, _duration, ret, log = line.split(maxsplit=5)
-        rows[(env_id, int(seed))] = {"status": status, "return": ret, "log": log}
+        env_id, seed, status, action, _duration, ret, log = line.split(maxsplit=6)
+        rows[(env_id, int(seed))] = {"status": status, "action": action, "return": ret, "log": log}
     return rows
 
 
@@ -179,10 +221,11 @@ def test_sweep_runs_every_env_and_seed(sweep):
         assert ref["total_steps"] == 4096
         # the summary's return is the last one the run logged
         assert row["return"] == f"{ref['last_return']:.1f}"
-        # the log holds the run's output; its first line is the command, pinned to cores of its own
+        # the log holds the run's output after a line naming the cores (its own) and the command
         log = Path(row["log"]).read_text()
         assert "iteration=8/8 global_step=4096" in log
-        pinned = re.search(r"taskset -c (\S+) ", log.splitlines()[0])[1]
+        assert row["action"] == "started" and log.splitlines()[1].startswith("+ ")
+        pinned = re.match(r"# .*: started on \S+, cores (\S+)$", log.splitlines()[0])[1]
         assert len(pinned.split(",")) == cores_per_run and {int(c) for c in pinned.split(",")} <= set(USABLE_CPUS)
 
 
@@ -289,16 +332,34 @@ def test_failing_run_is_named_and_fails_the_sweep(tmp_path, env_id, extra, reaso
 # ---------------------------------------------------------------------------------------------------
 
 STUB = r"""#!/usr/bin/env bash
-# Stands in for "python ppo_continuous_envpool_jax.py": reports its arguments and CPU affinity.
+# Stands in for "python ppo_continuous_envpool_jax.py", keeping the script's side of the contract that
+# benchmark.sh states (run_dir= first, a checkpoint while it runs, --resume RUN_DIR), and reports its
+# arguments and CPU affinity. Bad-v0 fails; Block-v0 writes a checkpoint, says so on $STUB_FIFO and
+# blocks, unless it is resumed.
 shift
-echo "args: $*"
+args="$*" env_id="" seed="" run_dir=""
+while (($#)); do
+    case "$1" in
+        --env-id) env_id=$2 ;;
+        --seed) seed=$2 ;;
+        --resume) run_dir=$2 ;;
+    esac
+    shift
+done
+run_dir=${run_dir:-runs/${env_id}__stub__${seed}__$$}
+mkdir -p "$run_dir"
+echo "run_dir=$run_dir"
+echo "args: $args"
 grep Cpus_allowed_list /proc/self/status
-case " $* " in
-    *" --env-id Bad-v0 "*) echo "error: unknown --env-id 'Bad-v0'" >&2; exit 1 ;;
-    *" --env-id Block-v0 "*) echo "started $$" >"$STUB_FIFO"; exec sleep 600 ;;
+case "$env_id" in
+    Bad-v0) echo "error: unknown --env-id 'Bad-v0'" >&2; exit 1 ;;
+    Block-v0)
+        touch "$run_dir/stub.model"
+        if [[ " $args " != *" --resume "* ]]; then echo "started $$" >"$STUB_FIFO"; exec sleep 600; fi ;;
 esac
 echo "iteration=1/2 global_step=512 return=12.5 SPS=10"
 echo "iteration=2/2 global_step=1024 return=- SPS=10"
+rm -f "$run_dir/stub.model"
 """
 
 
@@ -314,9 +375,9 @@ def test_help_explains_every_flag():
     result = benchmark("--help")
     assert result.returncode == 0 and result.stderr == ""
     source = BENCHMARK.read_text()
-    parser = source[source.index("while (($#)); do") : source.index("# --- summary")]
+    parser = source[source.index("while (($#)); do") : source.index('\nparse_options "$@"')]
     flags = set(re.findall(r"(?<![\w-])(--[a-z][a-z-]+)\)", parser)) | set(re.findall(r"\| (--[a-z][a-z-]+)", parser))
-    assert {"--env-ids", "--seeds", "--workers", "--python", "--slurm", "--wait", "--dry-run"} <= flags
+    assert {"--env-ids", "--seeds", "--workers", "--python", "--slurm", "--wait", "--continue", "--task"} <= flags
     for flag in flags:
         assert re.search(rf"^\s+(-\w, )?{flag}\b", result.stdout, re.MULTILINE), f"{flag} is not explained in --help"
     assert "Examples:" in result.stdout
@@ -337,6 +398,8 @@ def test_help_explains_every_flag():
         (["--", "--seed", "3"], "do not pass --seed after --"),
         (["--python", "no-such-python-here"], "'no-such-python-here' not found"),
         (["--seeds"], "--seeds needs a value"),
+        (["--", "--resume", "runs/x"], "do not pass --resume after --"),
+        (["--task", "0"], "--task only applies with --continue"),
     ],
 )
 def test_bad_arguments_exit_2_with_one_line(tmp_path, args, message):
@@ -394,26 +457,33 @@ def expand_cpu_list(text: str) -> set[int]:
     return cpus
 
 
-def test_interrupt_stops_runs_and_prints_summary(tmp_path, stub):
-    fifo = tmp_path / "started"
-    os.mkfifo(fifo)
-    reader = os.open(fifo, os.O_RDWR)  # never blocks, and keeps the FIFO open for the stubs
-    process = subprocess.Popen(
-        [str(BENCHMARK), "--workdir", str(tmp_path), "--python", str(stub), "--env-ids", "Block-v0 Good-v0",
-         "--seeds", "2", "--workers", "1"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, "STUB_FIFO": str(fifo)},
-        preexec_fn=default_signals,  # noqa: PLW1509 (no threads here; nothing else resets a disposition)
+@pytest.fixture
+def fifo(tmp_path):
+    """A FIFO on which Block-v0 stubs say "started PID"; `fifo.fd` never blocks and keeps it open."""
+    path = tmp_path / "started"
+    os.mkfifo(path)
+    fd = os.open(path, os.O_RDWR)
+    yield path, fd
+    os.close(fd)
+
+
+def wait_started(fd: int) -> int:
+    """The pid of the next Block-v0 stub to start (bounded wait)."""
+    return int(read_until(fd, "\n", 60).split()[1])
+
+
+def test_interrupt_stops_runs_and_prints_summary(tmp_path, stub, fifo):
+    fifo_path, fd = fifo
+    process = start_benchmark(
+        "--workdir", tmp_path, "--python", stub, "--env-ids", "Block-v0 Good-v0", "--seeds", 2, "--workers", 1,
+        env={**os.environ, "STUB_FIFO": str(fifo_path)},
     )  # fmt: skip
     try:
-        # wait (bounded) until the first Block-v0 run has started
-        ready, _, _ = select.select([reader], [], [], 60)
-        assert ready, "the blocking run did not start"
-        pid = int(os.read(reader, 100).split()[1])
+        pid = wait_started(fd)
         process.send_signal(signal.SIGINT)
         stdout, stderr = process.communicate(timeout=60)
     finally:
         process.kill()
-        os.close(reader)
     assert process.returncode == 130, stdout + stderr
     assert "interrupted; stopping the running runs" in stderr
     rows = summary_rows(stdout)
@@ -428,6 +498,82 @@ def test_interrupt_stops_runs_and_prints_summary(tmp_path, stub):
     except FileNotFoundError:
         state = "gone"
     assert state in {"gone", "Z", "X"}
+
+
+def log_attempts(log: Path) -> list[str]:
+    """The commands of a run's attempts, in order (each attempt's "+ command" line)."""
+    return [line for line in log.read_text().splitlines() if line.startswith("+ ")]
+
+
+def test_continue_skips_finished_resumes_checkpointed_and_starts_the_rest(tmp_path, stub, fifo):
+    """A sweep killed with SIGKILL (benchmark.sh and its runs' process groups, no status for the running
+    run) is continued from its sweep.args alone: each run is done once."""
+    fifo_path, fd = fifo
+    env = {**os.environ, "STUB_FIFO": str(fifo_path)}
+    process = start_benchmark(
+        "--workdir", tmp_path, "--python", stub, "--env-ids", "Good-v0 Block-v0 Fine-v0", "--seeds", 1,
+        "--workers", 1, "--", "--exp-name", "x", env=env,
+    )  # fmt: skip
+    wait_started(fd)
+    (sweep_dir,) = (tmp_path / "runs" / "logs").iterdir()
+    kill_sweep(process, sweep_dir)
+    process.communicate(timeout=60)
+    assert (sweep_dir / "Good-v0__1.status").read_text().startswith("ok 0 ")
+    assert not (sweep_dir / "Block-v0__1.status").exists() and not (sweep_dir / "Fine-v0__1.log").exists()
+
+    result = benchmark("--continue", sweep_dir, env=env, timeout=60)
+    assert result.returncode == 0, result.stdout + result.stderr
+    rows = summary_rows(result.stdout)
+    assert {key: (row["status"], row["action"]) for key, row in rows.items()} == {
+        ("Good-v0", 1): ("ok", "skipped"), ("Block-v0", 1): ("ok", "resumed"), ("Fine-v0", 1): ("ok", "started"),
+    }  # fmt: skip
+    assert rows[("Block-v0", 1)]["return"] == "12.5"
+    # the finished run ran once; the checkpointed one went on in its own run directory, with the sweep's flags
+    assert len(log_attempts(sweep_dir / "Good-v0__1.log")) == 1
+    assert len(list((tmp_path / "runs").glob("Good-v0__*"))) == 1
+    (block_dir,) = (tmp_path / "runs").glob("Block-v0__*")
+    first, second = log_attempts(sweep_dir / "Block-v0__1.log")
+    assert second == f"{first} --resume runs/{block_dir.name}" and "--exp-name x" in first
+    assert not list(block_dir.glob("*.model"))
+
+
+def test_continue_takes_the_sweep_from_its_directory(tmp_path, stub):
+    """Only resources may be given again; what defines the sweep comes from its sweep.args."""
+    first = benchmark("--workdir", tmp_path, "--python", stub, "--env-ids", "Good-v0", "--seeds", 1)
+    assert first.returncode == 0, first.stdout + first.stderr
+    (sweep_dir,) = (tmp_path / "runs" / "logs").iterdir()
+    for args, message in [
+        (["--continue", tmp_path / "nowhere"], "--continue: no sweep.args in"),
+        (["--continue", sweep_dir, "--seeds", 5], "--seeds cannot be given with --continue"),
+        (["--continue", sweep_dir, "--workdir", tmp_path], "--workdir cannot be given with --continue"),
+        (["--continue", sweep_dir, "--", "--total-timesteps", 5], "-- cannot be given with --continue"),
+        (["--continue", sweep_dir, "--task", 1], "--task must be a run index 0..0"),
+    ]:
+        result = benchmark(*args)
+        assert result.returncode == 2 and result.stderr.count("\n") == 1 and message in result.stderr, args
+    again = benchmark("--continue", sweep_dir, "--workers", 1, "--no-pin")
+    assert again.returncode == 0 and summary_rows(again.stdout)[("Good-v0", 1)]["action"] == "skipped"
+
+
+def test_continue_never_runs_a_run_twice_at_once(tmp_path, stub, fifo):
+    """A run whose training process outlived its sweep (and its task) is waited for, then resumed."""
+    fifo_path, fd = fifo
+    env = {**os.environ, "STUB_FIFO": str(fifo_path)}
+    process = start_benchmark("--workdir", tmp_path, "--python", stub, "--env-ids", "Block-v0", "--seeds", 1, env=env)
+    orphan = wait_started(fd)
+    (sweep_dir,) = (tmp_path / "runs" / "logs").iterdir()
+    kill_sweep(process, sweep_dir, whole_runs=False)
+    try:
+        again = start_benchmark("--continue", sweep_dir, env=env)
+        read_until(again.stdout.fileno(), "wait   Block-v0__1: an earlier attempt", 60)
+        assert len(log_attempts(sweep_dir / "Block-v0__1.log")) == 1  # not started while the orphan lives
+    finally:
+        os.kill(orphan, signal.SIGKILL)
+    stdout, stderr = again.communicate(timeout=60)
+    process.communicate(timeout=60)
+    assert again.returncode == 0, stdout + stderr
+    assert summary_rows(stdout)[("Block-v0", 1)]["action"] == "resumed"
+    assert len(log_attempts(sweep_dir / "Block-v0__1.log")) == 2
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -468,6 +614,7 @@ def test_slurm_array_with_fake_sbatch(tmp_path, stub):
     (sweep_dir,) = (tmp_path / "runs" / "logs").iterdir()
     script = (sweep_dir / "sweep.sbatch").read_text()
     assert "#SBATCH --array=0-3%2\n" in script and "#SBATCH --cpus-per-task=3\n" in script
+    assert "#SBATCH --requeue\n" in script and '--task "$SLURM_ARRAY_TASK_ID"' in script
     rows = summary_rows(result.stdout)
     assert {key: row["status"] for key, row in rows.items()} == {
         ("Good-v0", 1): "ok", ("Bad-v0", 1): "failed(rc=1)", ("Good-v0", 2): "ok", ("Bad-v0", 2): "failed(rc=1)",
