@@ -53,14 +53,16 @@ def benchmark(*args, cwd=None, timeout=300, env=None) -> subprocess.CompletedPro
     )
 
 
-def start_benchmark(*args, env=None) -> subprocess.Popen:
-    """benchmark.sh in the background (read its stdout with read_until, then communicate)."""
+def start_process(*command, env=None) -> subprocess.Popen:
+    """A command in the background, in a process group of its own (read its stdout with read_until,
+    then communicate)."""
     return subprocess.Popen(
-        [str(BENCHMARK), *map(str, args)],
+        [*map(str, command)],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
         env=env,
+        start_new_session=True,
         preexec_fn=default_signals,  # noqa: PLW1509 (no threads here; nothing else resets a disposition)
     )
 
@@ -104,6 +106,11 @@ def summary_rows(stdout: str) -> dict[tuple[str, int], dict]:
         env_id, seed, status, action, _duration, ret, log = line.split(maxsplit=6)
         rows[(env_id, int(seed))] = {"status": status, "action": action, "return": ret, "log": log}
     return rows
+
+
+def log_attempts(log: Path) -> list[str]:
+    """The commands of a run's attempts, in order (each attempt's "+ command" line)."""
+    return [line for line in log.read_text().splitlines() if line.startswith("+ ")]
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -474,8 +481,8 @@ def wait_started(fd: int) -> int:
 
 def test_interrupt_stops_runs_and_prints_summary(tmp_path, stub, fifo):
     fifo_path, fd = fifo
-    process = start_benchmark(
-        "--workdir", tmp_path, "--python", stub, "--env-ids", "Block-v0 Good-v0", "--seeds", 2, "--workers", 1,
+    process = start_process(
+        BENCHMARK, "--workdir", tmp_path, "--python", stub, "--env-ids", "Block-v0 Good-v0", "--seeds", 2, "--workers", 1,
         env={**os.environ, "STUB_FIFO": str(fifo_path)},
     )  # fmt: skip
     try:
@@ -500,18 +507,13 @@ def test_interrupt_stops_runs_and_prints_summary(tmp_path, stub, fifo):
     assert state in {"gone", "Z", "X"}
 
 
-def log_attempts(log: Path) -> list[str]:
-    """The commands of a run's attempts, in order (each attempt's "+ command" line)."""
-    return [line for line in log.read_text().splitlines() if line.startswith("+ ")]
-
-
 def test_continue_skips_finished_resumes_checkpointed_and_starts_the_rest(tmp_path, stub, fifo):
     """A sweep killed with SIGKILL (benchmark.sh and its runs' process groups, no status for the running
     run) is continued from its sweep.args alone: each run is done once."""
     fifo_path, fd = fifo
     env = {**os.environ, "STUB_FIFO": str(fifo_path)}
-    process = start_benchmark(
-        "--workdir", tmp_path, "--python", stub, "--env-ids", "Good-v0 Block-v0 Fine-v0", "--seeds", 1,
+    process = start_process(
+        BENCHMARK, "--workdir", tmp_path, "--python", stub, "--env-ids", "Good-v0 Block-v0 Fine-v0", "--seeds", 1,
         "--workers", 1, "--", "--exp-name", "x", env=env,
     )  # fmt: skip
     wait_started(fd)
@@ -559,12 +561,14 @@ def test_continue_never_runs_a_run_twice_at_once(tmp_path, stub, fifo):
     """A run whose training process outlived its sweep (and its task) is waited for, then resumed."""
     fifo_path, fd = fifo
     env = {**os.environ, "STUB_FIFO": str(fifo_path)}
-    process = start_benchmark("--workdir", tmp_path, "--python", stub, "--env-ids", "Block-v0", "--seeds", 1, env=env)
+    process = start_process(
+        BENCHMARK, "--workdir", tmp_path, "--python", stub, "--env-ids", "Block-v0", "--seeds", 1, env=env
+    )
     orphan = wait_started(fd)
     (sweep_dir,) = (tmp_path / "runs" / "logs").iterdir()
     kill_sweep(process, sweep_dir, whole_runs=False)
     try:
-        again = start_benchmark("--continue", sweep_dir, env=env)
+        again = start_process(BENCHMARK, "--continue", sweep_dir, env=env)
         read_until(again.stdout.fileno(), "wait   Block-v0__1: an earlier attempt", 60)
         assert len(log_attempts(sweep_dir / "Block-v0__1.log")) == 1  # not started while the orphan lives
     finally:
@@ -581,7 +585,8 @@ def test_continue_never_runs_a_run_twice_at_once(tmp_path, stub, fifo):
 # ---------------------------------------------------------------------------------------------------
 
 FAKE_SBATCH = r"""#!/usr/bin/env bash
-# A stand-in for sbatch: records its arguments, then runs every array task of the script in turn.
+# A stand-in for sbatch: records its arguments, then runs every array task of the script in turn
+# (unless FAKE_SLURM_HOLD is set: then the job stays queued for ever).
 echo "$*" >>"$FAKE_SLURM_LOG"
 script=${@: -1}
 array=$(sed -n 's/^#SBATCH --array=\([0-9]*\)-\([0-9]*\).*/\1 \2/p' "$script")
@@ -589,20 +594,27 @@ cpus=$(sed -n 's/^#SBATCH --cpus-per-task=//p' "$script")
 out=$(sed -n 's/^#SBATCH --output=//p' "$script")
 workdir=$(sed -n 's/^#SBATCH --chdir=//p' "$script")
 for i in $(seq $array); do
-    (cd "$workdir" && SLURM_ARRAY_TASK_ID=$i SLURM_CPUS_PER_TASK=$cpus bash "$script" >"${out//%a/$i}" 2>&1)
+    [[ -n "${FAKE_SLURM_HOLD:-}" ]] ||
+        (cd "$workdir" && SLURM_ARRAY_TASK_ID=$i SLURM_CPUS_PER_TASK=$cpus bash "$script" >>"${out//%a/$i}" 2>&1)
 done
 echo "4242;cluster"
 """
 
 
-def test_slurm_array_with_fake_sbatch(tmp_path, stub):
+@pytest.fixture
+def fake_slurm(tmp_path):
+    """The environment for benchmark.sh --slurm with FAKE_SBATCH and a squeue that sees no job."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     (bin_dir / "sbatch").write_text(FAKE_SBATCH)
     (bin_dir / "squeue").write_text("#!/bin/sh\nexit 0\n")  # the job is no longer queued
     for tool in ("sbatch", "squeue"):
         (bin_dir / tool).chmod(0o755)
-    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "FAKE_SLURM_LOG": str(tmp_path / "sbatch.args")}
+    return {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "FAKE_SLURM_LOG": str(tmp_path / "sbatch.args")}
+
+
+def test_slurm_array_with_fake_sbatch(tmp_path, stub, fake_slurm):
+    env = fake_slurm
     result = benchmark(
         "--slurm", "--wait", "--workdir", tmp_path, "--python", stub, "--env-ids", "Good-v0 Bad-v0", "--seeds", 2,
         "--cores-per-run", 3, "--workers", 2, "--sbatch-args", "--time=00:10:00 --partition=debug",
@@ -623,6 +635,51 @@ def test_slurm_array_with_fake_sbatch(tmp_path, stub):
         args = re.search(r"^args: (.*)$", Path(row["log"]).read_text(), re.MULTILINE)[1]
         assert args == f"--env-id {env_id} --seed {seed} --num-threads 3 --total-timesteps 4096"
     assert "Bad-v0 seed 2: failed(rc=1) -- error: unknown --env-id 'Bad-v0'" in result.stdout
+
+
+def test_continued_slurm_sweep_is_submitted_again(tmp_path, stub, fake_slurm):
+    first = benchmark(
+        "--slurm", "--wait", "--workdir", tmp_path, "--python", stub, "--env-ids", "Good-v0 Bad-v0", "--seeds", 1,
+        "--sbatch-args", "--time=00:10:00", env=fake_slurm,
+    )  # fmt: skip
+    assert first.returncode == 1, first.stdout + first.stderr
+    (sweep_dir,) = (tmp_path / "runs" / "logs").iterdir()
+    again = benchmark("--continue", sweep_dir, "--wait", env=fake_slurm)
+    assert again.returncode == 1, again.stdout + again.stderr
+    first_call, second_call = (tmp_path / "sbatch.args").read_text().splitlines()
+    assert second_call == first_call  # the same sbatch options and batch script
+    rows = summary_rows(again.stdout)
+    assert {key: (row["status"], row["action"]) for key, row in rows.items()} == {
+        ("Good-v0", 1): ("ok", "skipped"), ("Bad-v0", 1): ("failed(rc=1)", "started"),
+    }  # fmt: skip
+
+
+def test_requeued_slurm_task_resumes_its_run(tmp_path, stub, fifo, fake_slurm):
+    """Slurm's SIGTERM (time limit, preemption) reaches every process of the task: the run keeps its
+    checkpoint and the task exits 143; run again (requeued), the same batch script resumes it."""
+    fifo_path, fd = fifo
+    env = {**fake_slurm, "FAKE_SLURM_HOLD": "1", "STUB_FIFO": str(fifo_path)}
+    submitted = benchmark(
+        "--slurm", "--workdir", tmp_path, "--python", stub, "--env-ids", "Block-v0", "--seeds", 1, env=env
+    )
+    assert submitted.returncode == 0, submitted.stdout + submitted.stderr
+    (sweep_dir,) = (tmp_path / "runs" / "logs").iterdir()
+    task_env = {**env, "SLURM_ARRAY_TASK_ID": "0", "SLURM_CPUS_PER_TASK": "1"}
+    task = start_process("bash", sweep_dir / "sweep.sbatch", env=task_env)
+    try:
+        wait_started(fd)
+        os.killpg(task.pid, signal.SIGTERM)
+        task.communicate(timeout=60)
+    finally:
+        task.kill()
+    assert task.returncode == 143
+    assert (sweep_dir / "Block-v0__1.status").read_text().split()[:2] == ["interrupted", "143"]
+    requeued = start_process("bash", sweep_dir / "sweep.sbatch", env=task_env)
+    stdout, stderr = requeued.communicate(timeout=60)
+    assert requeued.returncode == 0, stdout + stderr
+    assert (sweep_dir / "Block-v0__1.status").read_text().split()[::4] == ["ok", "resumed"]
+    first, again = log_attempts(sweep_dir / "Block-v0__1.log")
+    assert again.startswith(f"{first} --resume runs/Block-v0__stub__1__")
 
 
 def can_run_real_slurm() -> bool:
