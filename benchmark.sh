@@ -20,8 +20,9 @@ interrupted (1; 130 after Ctrl-C, which stops the running runs, each keeping a c
 bad option).
 
 A sweep that stopped (Ctrl-C, a killed process, a lost machine, a Slurm job past its time) is picked
-up with --continue: runs that finished are skipped, runs with a checkpoint are resumed in their own
-run directory, the rest are started. Running the same command again starts a new sweep instead.
+up with --continue: runs that succeeded are skipped, runs with a checkpoint are resumed in their own
+run directory, the rest (failed ones included) are started; the summary's action column says which
+(skipped, resumed, started). Running the same command again starts a new sweep instead.
 
 Sweep:
   --env-ids "A B ..."   env ids, separated by spaces or commas
@@ -29,7 +30,7 @@ Sweep:
   --seeds N             number of seeds per env id (default: 3)
   --first-seed S        seeds are S, S+1, ..., S+N-1 (default: 1)
   -- FLAGS...           everything after -- is passed to every run, e.g. -- --total-timesteps 4096
-                        (--env-id, --seed and --num-threads are set by this script)
+                        (--env-id, --seed, --num-threads and --resume are set by this script)
 
 Resources (local runs):
   --workers N           runs at the same time (default: 1)
