@@ -1,13 +1,20 @@
 """PPO for continuous control with EnvPool's MuJoCo step compiled into JAX.
 
-One file, read top to bottom in the order data flows: arguments, environment (EnvPool's XLA step and
-pure wrappers), actor-critic, rollout (`lax.scan`), advantages (reverse `lax.scan`), loss and update,
-training loop. Run `python ppo_continuous_envpool_jax.py --help` for the flags.
+Read top to bottom, the file is PPO in the order data flows: hyperparameters, the environment boundary
+(EnvPool's XLA step and pure wrappers), the actor-critic, the rollout (`lax.scan`), advantages (reverse
+`lax.scan`), loss and update, and the training loop. After the banner "Running it" comes what a run needs
+around the algorithm: checkpoints, evaluation and video, signals, progress and logging, W&B, the command
+line. `python ppo_continuous_envpool_jax.py --help` lists the flags.
+
+Output contract (benchmark.sh reads it): the first line on stdout is `run_dir=<path>`, the directory the run
+logs to; then one line per iteration, `iteration=I/N global_step=S return=R SPS=X` (`return=-` before the
+first episode has ended), with ` eval=E` where the policy was evaluated.
 """
 
 import argparse
 import contextlib
 import difflib
+import glob
 import json
 import math
 import os
@@ -16,24 +23,21 @@ import sys
 import time
 import types
 import warnings
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from functools import partial
 from typing import Literal, NamedTuple
 
-# Two XLA:CPU settings for networks this small, read when JAX starts its CPU client, so they hold for a
-# fresh process (speed_benchmark.py --phases: an update epoch 1.82 -> 1.39 ms on 2 cores). XLA's CPU client
-# gets one thread: splitting 64x64 kernels over cores costs more in hand-offs than it gains, and EnvPool
-# steps the environments on threads of its own. And 512-bit vectors where the CPU has them (LLVM prefers
-# 256 bits for CPUs that slow down on AVX-512). The environment overrides either: PJRT_NPROC=2,
-# XLA_FLAGS=--xla_cpu_prefer_vector_width=256 (which also restores the rounding of commits before 07ecf15).
+# XLA's CPU client gets one thread and 512-bit vectors, read when JAX starts: for networks this small,
+# splitting kernels over cores costs more in hand-offs than it gains, and EnvPool steps the environments on
+# threads of its own (docs/speed.md). The environment overrides either (PJRT_NPROC, XLA_FLAGS).
 os.environ.setdefault("PJRT_NPROC", "1")
 if "--xla_cpu_prefer_vector_width" not in os.environ.get("XLA_FLAGS", ""):
     os.environ["XLA_FLAGS"] = os.environ.get("XLA_FLAGS", "") + " --xla_cpu_prefer_vector_width=512"
 
-# `import envpool` registers every family EnvPool ships through its module `envpool.entry`, and that takes
-# 1.5-3 s of start-up (Jumanji's renderer alone pulls in matplotlib). An empty stand-in for that module
-# skips it; the MuJoCo tasks, and the classic-control ones (so --env-id Pendulum-v1 gets a precise error),
-# are registered by hand. Where envpool was imported before this file, everything is registered already.
+# `import envpool` registers every family EnvPool ships through `envpool.entry`, 1.5-3 s of start-up. An
+# empty stand-in for that module skips it; the families this script can use are registered by hand (and
+# classic control, so that --env-id Pendulum-v1 gets a precise error).
 sys.modules.setdefault("envpool.entry", types.ModuleType("envpool.entry"))
 import envpool
 import envpool.classic_control.registration
@@ -47,58 +51,19 @@ import optax
 import tyro
 from flax.training.train_state import TrainState
 
-# JAX runs on the CPU. EnvPool's XLA step is a host-side FFI call: on a GPU backend the seed prototype of
-# this script trained silently wrong (the return never rose, no error), and for 64x64 MLPs the CPU is as
-# fast anyway. Until a closed-loop check on a GPU proves otherwise, we do not offer that path.
-jax.config.update("jax_platforms", "cpu")
-# Compiled programs are kept on disk, so the next run with the same shapes loads its set-up and update
-# instead of compiling them (the rollout embeds this process's EnvPool, so it is compiled every run).
-# JAX_COMPILATION_CACHE_DIR picks another folder; JAX_ENABLE_COMPILATION_CACHE=false turns it off.
-if jax.config.jax_compilation_cache_dir is None:
-    jax.config.update("jax_compilation_cache_dir", os.path.expanduser("~/.cache/ppo_continuous_envpool_jax"))
-jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
-
-VIDEO_SIZE = (320, 240)  # width, height
-VIDEO_FPS = 30
-
 
 @dataclass
-class Args:
-    exp_name: str = os.path.basename(__file__)[: -len(".py")]
-    """the name of this experiment"""
-    seed: int = 1
-    """seed of the experiment (JAX keys and EnvPool's environments)"""
-    track: bool = False
-    """if toggled, this experiment will be tracked with Weights and Biases"""
-    wandb_project_name: str = "ppo-continuous-envpool-jax"
-    """the wandb's project name"""
-    wandb_entity: str | None = None
-    """the entity (team) of wandb's project"""
-    save_model: bool = False
-    """save the model (parameters, optimizer and normalisation state) to `runs/{run_name}/{exp_name}.model`
-    at the end, on Ctrl-C/SIGTERM and before stopping on a non-finite value"""
-    capture_video: bool = False
-    """record the first evaluation episode to `videos/{run_name}/eval.mp4` (needs OpenGL: EGL or OSMesa)"""
-    eval_every: int = 0
-    """evaluate the policy every this many environment steps and after the last iteration, logged as
-    eval/episodic_return (0: off); on environments of its own, not counted in global_step"""
-    eval_episodes: int = 10
-    """episodes of each evaluation (mean action, environments of its own): --eval-every, the one that ends
-    training with --save-model or --capture-video, and --evaluate"""
-    evaluate: str | None = None
-    """evaluate the model saved at this path instead of training (task and network come from the file)"""
-    resume: str | None = None
-    """continue the run whose model was saved at this path: its flags are the defaults, flags given now
-    override them (not --env-id, --hidden-sizes, --norm-obs, --reward-norm; --init-log-std has no effect); a
-    new --total-timesteps reshapes the lr schedule"""
-
-    # The defaults start from tianshou's MuJoCo PPO benchmark configuration (64 envs x 32 steps, 10 epochs of
-    # minibatches of 64, value coefficient 0.25, advantages recomputed every epoch) and differ from it in
-    # advantage normalisation, CleanRL's clipped value loss, reward scaling instead of tianshou's return
-    # normalisation and Adam's epsilon (1e-5, not 1e-8). They were chosen on all five standard tasks at once,
-    # against tianshou's recipe and other candidates: docs/ablations.md.
+class PPOArgs:
+    # The defaults start from tianshou's MuJoCo PPO configuration (64 envs x 32 steps, 10 epochs of
+    # minibatches of 64, value coefficient 0.25, advantages recomputed every epoch, initial log-std -0.5)
+    # and differ from it in advantage normalisation, CleanRL's clipped value loss, reward scaling instead of
+    # return normalisation, and Adam's epsilon. They were chosen on five tasks at once: docs/ablations.md.
     env_id: str = "HalfCheetah-v4"
     """the id of an EnvPool MuJoCo task"""
+    seed: int = 1
+    """seed of the experiment (JAX keys and EnvPool's environments)"""
+    num_threads: int = 0
+    """EnvPool's worker threads (0: one per environment, at most one per core)"""
     total_timesteps: int = 1_000_000
     """total environment steps of the experiment"""
     learning_rate: float = 3e-4
@@ -107,8 +72,6 @@ class Args:
     """the epsilon of Adam (CleanRL: 1e-5; tianshou, PyTorch's default: 1e-8)"""
     num_envs: int = 64
     """the number of parallel environments"""
-    num_threads: int = 0
-    """EnvPool's worker threads (0: one per environment, at most one per core)"""
     num_steps: int = 32
     """the number of steps to run in each environment per policy rollout"""
     anneal_lr: bool = True
@@ -160,114 +123,14 @@ class Args:
     num_iterations: tyro.conf.Suppress[int] = 0
 
 
-def mujoco_env_ids() -> list[str]:
-    # EnvPool has no public "list by family"; the first field of a registry entry is the task's module.
-    specs = envpool.registration.registry.specs
-    return sorted(env_id for env_id, spec in specs.items() if spec[0] == "envpool.mujoco.gym")
-
-
-def check_args(args: Args) -> str | None:
-    """Return a one-line description of what is wrong with `args`, or None."""
-    # Written so that NaN fails every check: each comparison with NaN is False.
-    ranges = {
-        "total_timesteps": (lambda x: x > 0, "positive"),
-        "num_envs": (lambda x: x > 0, "positive"),
-        "num_steps": (lambda x: x > 0, "positive"),
-        "num_minibatches": (lambda x: x > 0, "positive"),
-        "update_epochs": (lambda x: x > 0, "positive"),
-        "eval_episodes": (lambda x: x > 0, "positive"),
-        "num_threads": (lambda x: x >= 0, "0 (automatic) or positive"),
-        "eval_every": (lambda x: x >= 0, "0 (off) or positive"),
-        "learning_rate": (lambda x: 0 < x < math.inf, "finite and positive"),
-        "adam_eps": (lambda x: 0 < x < math.inf, "finite and positive"),
-        "gamma": (lambda x: 0 < x <= 1, "in (0, 1]"),
-        "gae_lambda": (lambda x: 0 <= x <= 1, "in [0, 1]"),
-        "clip_coef": (lambda x: x > 0, "positive"),
-        "max_grad_norm": (lambda x: x > 0, "positive"),
-        "ent_coef": (lambda x: 0 <= x < math.inf, "finite and non-negative"),
-        "vf_coef": (lambda x: 0 <= x < math.inf, "finite and non-negative"),
-        "init_log_std": (lambda x: -math.inf < x < math.inf, "finite"),
-    }
-    for name, (valid, requirement) in ranges.items():
-        if not valid(getattr(args, name)):
-            return f"--{name.replace('_', '-')} must be {requirement}, got {getattr(args, name)}"
-    if args.target_kl is not None and not args.target_kl > 0:
-        return f"--target-kl must be positive where given, got {args.target_kl}"
-    if not args.hidden_sizes or min(args.hidden_sizes) <= 0:
-        return f"--hidden-sizes must be positive integers, got {args.hidden_sizes}"
-    batch_size = args.num_envs * args.num_steps
-    if batch_size % args.num_minibatches:
-        return (
-            f"--num-minibatches {args.num_minibatches} does not divide the batch of "
-            f"--num-envs {args.num_envs} x --num-steps {args.num_steps} = {batch_size}"
-        )
-    if args.total_timesteps < batch_size:
-        return f"--total-timesteps {args.total_timesteps} is less than one batch ({batch_size} steps)"
-    mujoco_ids = mujoco_env_ids()
-    if args.env_id not in envpool.list_all_envs():
-        close = difflib.get_close_matches(args.env_id, mujoco_ids, n=3, cutoff=0.5)
-        hint = f"; did you mean {', '.join(close)}?" if close else f"; MuJoCo tasks: {', '.join(mujoco_ids)}"
-        return f"unknown --env-id {args.env_id!r}{hint}"
-    if not hasattr(envpool.make_spec(args.env_id).action_space, "low"):
-        return f"--env-id {args.env_id} has discrete actions; this PPO needs continuous actions (e.g. HalfCheetah-v4)"
-    if args.env_id not in mujoco_ids:
-        return f"--env-id {args.env_id} is not an EnvPool MuJoCo task; choose one of {', '.join(mujoco_ids)}"
-    return None
-
-
-def parse_args(cli_args: list[str] | None = None) -> tuple[Args, dict | None]:
-    """Args and, with --resume or --evaluate, the saved checkpoint, whose arguments become the defaults."""
-    cli_args = sys.argv[1:] if cli_args is None else cli_args
-    pre_parser = argparse.ArgumentParser(add_help=False)
-    pre_parser.add_argument("--resume")
-    pre_parser.add_argument("--evaluate")
-    saved, _ = pre_parser.parse_known_args(cli_args)
-    if saved.resume and saved.evaluate:
-        sys.exit("error: --resume and --evaluate exclude each other")
-    checkpoint = load_checkpoint(saved.resume or saved.evaluate) if saved.resume or saved.evaluate else None
-    if checkpoint is None:
-        default = Args()
-    elif saved.resume:  # the interrupted run goes on as it was started
-        default = replace(checkpoint["args"], resume=None)
-    else:  # evaluation needs only the task, the network, its observation normalisation and action mapping
-        saved_args = checkpoint["args"]
-        default = Args(
-            env_id=saved_args.env_id,
-            hidden_sizes=saved_args.hidden_sizes,
-            norm_obs=saved_args.norm_obs,
-            clip_action=saved_args.clip_action,
-            seed=saved_args.seed,  # so that it plays the episodes of the evaluations during training
-        )
-    args = tyro.cli(Args, args=cli_args, default=default)
-    error = check_args(args)
-    if checkpoint is not None and error is None:
-        saved_args = checkpoint["args"]
-        # What the saved parameters and statistics were made for; resuming also keeps the critic's units.
-        fixed = ("env_id", "hidden_sizes", "norm_obs") + (("reward_norm",) if saved.resume else ())
-        for name in fixed:
-            if getattr(args, name) != getattr(saved_args, name):
-                error = (
-                    f"--{name.replace('_', '-')} {getattr(args, name)} differs from the saved model's "
-                    f"{getattr(saved_args, name)}"
-                )
-    if error:
-        sys.exit(f"error: {error}")
-    args.batch_size = args.num_envs * args.num_steps
-    args.minibatch_size = args.batch_size // args.num_minibatches
-    args.num_iterations = args.total_timesteps // args.batch_size
-    return args, checkpoint
-
-
 # ---------------------------------------------------------------------------------------------------
 # Environment: EnvPool's XLA step behind one float64 boundary, and pure wrappers with explicit state.
 # ---------------------------------------------------------------------------------------------------
 
 
-def make_envs(args: Args):
+def make_envs(env_id: str, num_envs: int, num_threads: int, seed: int):
     """EnvPool's MuJoCo batch plus its jit-able XLA step function."""
-    envs = envpool.make(
-        args.env_id, env_type="gymnasium", num_envs=args.num_envs, num_threads=args.num_threads, seed=args.seed
-    )
+    envs = envpool.make(env_id, env_type="gymnasium", num_envs=num_envs, num_threads=num_threads, seed=seed)
     # The FFI buffers are declared with x64 on: MuJoCo observations and actions are float64.
     with jax.enable_x64(True):
         handle, _recv, _send, xla_step = envs.xla()
@@ -401,6 +264,10 @@ class ActorCritic(nn.Module):
         return mean, log_std, value
 
 
+def make_network(args: PPOArgs, action_space) -> ActorCritic:
+    return ActorCritic(action_space.shape[0], tuple(args.hidden_sizes), args.init_log_std)
+
+
 def gaussian_log_prob(mean, log_std, action):
     return (-0.5 * ((action - mean) / jnp.exp(log_std)) ** 2 - log_std - 0.5 * jnp.log(2 * jnp.pi)).sum(-1)
 
@@ -435,7 +302,7 @@ class EpisodeEnd(NamedTuple):
     episode_length: jax.Array  # (N,) where done
 
 
-def rollout_step(params, env_state: EnvState, key, *, env: EnvFunctions, apply_fn, args: Args):
+def rollout_step(params, env_state: EnvState, key, *, env: EnvFunctions, apply_fn, args: PPOArgs):
     mean, log_std, value = apply_fn(params, env_state.obs)
     action = mean + jnp.exp(log_std) * jax.random.normal(key, mean.shape)
     log_prob = gaussian_log_prob(mean, log_std, action)
@@ -482,7 +349,7 @@ def rollout_step(params, env_state: EnvState, key, *, env: EnvFunctions, apply_f
     return env_state, (transition, EpisodeEnd(done, episode_return, episode_length))
 
 
-def rollout(params, env_state: EnvState, key, *, env: EnvFunctions, apply_fn, args: Args):
+def rollout(params, env_state: EnvState, key, *, env: EnvFunctions, apply_fn, args: PPOArgs):
     """Run the policy for `num_steps` in every environment: transitions and episode ends stacked (T, N)."""
 
     def step(env_state, key):
@@ -528,7 +395,7 @@ class Batch(NamedTuple):
     valid: jax.Array  # float 1.0 for experiences of the policy, 0.0 for reset transitions
 
 
-def make_batch(transitions: Transition, values, last_value, return_rms: RunningMeanStd, args: Args):
+def make_batch(transitions: Transition, values, last_value, return_rms: RunningMeanStd, args: PPOArgs):
     """Advantages and value targets from the critic's `values` (T, N) and `last_value` (N,), flattened into
     one batch of `num_steps * num_envs` experiences; and `return_rms`, updated with --reward-norm return."""
     valid = ~transitions.is_reset
@@ -556,7 +423,7 @@ def make_batch(transitions: Transition, values, last_value, return_rms: RunningM
     return jax.tree.map(lambda x: x.reshape((-1,) + x.shape[2:]), batch), return_rms
 
 
-def collect(params, env_state: EnvState, key, *, env: EnvFunctions, apply_fn, args: Args):
+def collect(params, env_state: EnvState, key, *, env: EnvFunctions, apply_fn, args: PPOArgs):
     """Rollout and the first epoch's batch; the transitions (T, N) are returned too, for `recompute_batch`."""
     env_state, (transitions, episode_end) = rollout(params, env_state, key, env=env, apply_fn=apply_fn, args=args)
     _, _, last_value = apply_fn(params, env_state.obs)
@@ -574,26 +441,15 @@ def collect(params, env_state: EnvState, key, *, env: EnvFunctions, apply_fn, ar
     return env_state, transitions, batch, stats
 
 
-def recompute_batch(params, transitions: Transition, last_obs, return_rms, *, apply_fn, args: Args):
+def recompute_batch(params, transitions: Transition, last_obs, return_rms, *, apply_fn, args: PPOArgs):
     """The batch again, with advantages and targets from the critic as it is now (tianshou's recompute_advantage);
     and `return_rms`, which with --reward-norm return takes in the recomputed returns too, as in tianshou.
 
-    With 32-step rollouts much of each advantage is the critic's bootstrap, which each epoch improves;
-    docs/ablations.md has what that does to the returns (`--no-recompute-adv` turns it off).
+    With 32-step rollouts much of each advantage is the critic's bootstrap, which each epoch improves.
     """
     values = apply_fn(params, transitions.obs)[2]
     last_value = apply_fn(params, last_obs)[2]
     return make_batch(transitions, values, last_value, return_rms, args)
-
-
-def make_collect_fn(args: Args, envs, xla_step, apply_fn):
-    """`collect` compiled for these environments: (params, env_state, key) -> (env_state, transitions, batch, stats).
-
-    Keep `envs` alive until its results are ready: JAX returns before the rollout ends, and a rollout whose
-    EnvPool was freed waits for it forever (seen in the tests; `train` holds `envs` to the end).
-    """
-    env = EnvFunctions(xla_step, envs.action_space.low.astype(np.float32), envs.action_space.high.astype(np.float32))
-    return jax.jit(partial(collect, env=env, apply_fn=apply_fn, args=args))
 
 
 def weighted_mean(x, weight):
@@ -612,7 +468,7 @@ def explained_variance(value, target, weight):
 # ---------------------------------------------------------------------------------------------------
 
 
-def ppo_loss(params, apply_fn, batch: Batch, args: Args):
+def ppo_loss(params, apply_fn, batch: Batch, args: PPOArgs):
     """Clipped surrogate + value loss - entropy bonus, averaged over the valid experiences of `batch`."""
     mean, log_std, value = apply_fn(params, batch.obs)
     log_ratio = gaussian_log_prob(mean, log_std, batch.action) - batch.log_prob
@@ -647,7 +503,7 @@ def ppo_loss(params, apply_fn, batch: Batch, args: Args):
     return loss, metrics
 
 
-def update_epoch(train_state: TrainState, batch: Batch, permutation, *, args: Args):
+def update_epoch(train_state: TrainState, batch: Batch, permutation, *, args: PPOArgs):
     """One pass over the batch in minibatches, in the order of `permutation`; returns the minibatch-mean metrics."""
     minibatches = jax.tree.map(
         lambda x: x[permutation].reshape((args.num_minibatches, args.minibatch_size) + x.shape[1:]), batch
@@ -661,7 +517,7 @@ def update_epoch(train_state: TrainState, batch: Batch, permutation, *, args: Ar
     return train_state, jax.tree.map(jnp.mean, metrics)
 
 
-def make_optimizer(args: Args):
+def make_optimizer(args: PPOArgs):
     """Adam after a global grad-norm clip; the learning rate decays linearly to 0 over all gradient steps."""
     if args.anneal_lr:
         num_updates = args.num_iterations * args.update_epochs * args.num_minibatches
@@ -669,34 +525,211 @@ def make_optimizer(args: Args):
     else:
         learning_rate = optax.constant_schedule(args.learning_rate)
     optimizer = optax.chain(optax.clip_by_global_norm(args.max_grad_norm), optax.adam(learning_rate, eps=args.adam_eps))
-    # On one concatenated vector instead of 13 small arrays: the same arithmetic in a few large XLA kernels,
-    # which cuts an epoch by ~10% (speed_benchmark.py) and its compile by a quarter.
+    # On one concatenated vector instead of 13 small arrays: the same arithmetic in a few large XLA kernels.
     return optax.flatten(optimizer), learning_rate
 
 
 # ---------------------------------------------------------------------------------------------------
-# Checkpoints and evaluation
+# Training loop: rollout -> epochs -> log, one iteration at a time.
 # ---------------------------------------------------------------------------------------------------
 
 
-def save_checkpoint(path: str, args: Args, train_state: TrainState, env_state: EnvState, global_step: int):
+class Programs(NamedTuple):
+    """The compiled pieces of an iteration, each jitted once per run."""
+
+    init_states: Callable  # (handle, first_obs, statistics) -> (env_state, train_state)
+    collect: Callable  # (params, env_state, key) -> (env_state, transitions, batch, stats)
+    recompute_batch: Callable  # (params, transitions, last_obs, return_rms) -> (batch, return_rms)
+    update_epoch: Callable  # (train_state, batch, permutation) -> (train_state, losses)
+    summarize: Callable  # train_state -> (which parameters are finite, the learning rate)
+
+
+def make_programs(args: PPOArgs, envs, xla_step) -> Programs:
+    """Keep `envs` alive until the programs' results are ready: JAX returns before a rollout ends, and a
+    rollout whose EnvPool was freed waits for it forever (`train` holds `envs` to the end)."""
+    network = make_network(args, envs.action_space)
+    optimizer, learning_rate = make_optimizer(args)
+    env = EnvFunctions(xla_step, envs.action_space.low.astype(np.float32), envs.action_space.high.astype(np.float32))
+
+    # Compiled as one program although it runs once: every op run eagerly would be compiled on its own.
+    def init_states(handle, first_obs, statistics):
+        env_state = init_env_state(handle, first_obs, args.norm_obs, **statistics)
+        params = network.init(jax.random.PRNGKey(args.seed), env_state.obs)
+        return env_state, TrainState.create(apply_fn=network.apply, params=params, tx=optimizer)
+
+    def summarize(train_state):
+        return jax.tree.map(lambda x: jnp.isfinite(x).all(), train_state.params), learning_rate(train_state.step)
+
+    return Programs(
+        init_states=jax.jit(init_states),
+        collect=jax.jit(partial(collect, env=env, apply_fn=network.apply, args=args)),
+        recompute_batch=jax.jit(partial(recompute_batch, apply_fn=network.apply, args=args)),
+        update_epoch=jax.jit(partial(update_epoch, args=args)),
+        summarize=jax.jit(summarize),
+    )
+
+
+class RunState(NamedTuple):
+    train_state: TrainState  # parameters, optimizer state, gradient-step count
+    env_state: EnvState
+    global_step: int
+
+
+def initial_state(programs: Programs, handle, first_obs, checkpoint: dict | None) -> RunState:
+    """A new run's state, or the state a checkpoint saved (on environments that start afresh)."""
+    if checkpoint is None:
+        env_state, train_state = programs.init_states(handle, first_obs, {})
+        return RunState(train_state, env_state, 0)
+    statistics = {name: RunningMeanStd(**checkpoint[name]) for name in ("obs_rms", "return_rms")}
+    env_state, train_state = programs.init_states(handle, first_obs, statistics)
+    train_state = flax.serialization.from_state_dict(train_state, checkpoint["train_state"])
+    return RunState(train_state, env_state, int(checkpoint["global_step"]))
+
+
+def run_iteration(programs: Programs, state: RunState, iteration: int, args: PPOArgs):
+    """Rollout, advantages and update epochs, dispatched: JAX returns before they have run. Returns the new
+    state and the iteration's figures for the log, still on the device."""
+    # Keys derive from the iteration, so a resumed run samples its policy noise as the original would.
+    key = jax.random.fold_in(jax.random.PRNGKey(args.seed), iteration)
+    # Minibatches are shuffled on the host: NumPy's shuffle costs next to nothing, XLA's CPU sort a sixth of
+    # an epoch.
+    shuffler = np.random.default_rng((args.seed, iteration))
+    env_state, transitions, batch, stats = programs.collect(state.train_state.params, state.env_state, key)
+    # With --reward-norm return, each recomputation updates the return statistics, which travel in env_state
+    # with the rest of the normalisation (and the checkpoint) to the next iteration.
+    train_state, return_rms = state.train_state, env_state.return_rms
+    for epoch in range(args.update_epochs):
+        if epoch > 0 and args.recompute_adv:
+            batch, return_rms = programs.recompute_batch(train_state.params, transitions, env_state.obs, return_rms)
+        train_state, losses = programs.update_epoch(train_state, batch, shuffler.permutation(args.batch_size))
+        if args.target_kl is not None and float(losses["approx_kl"]) > args.target_kl:
+            break
+    env_state = env_state.replace(return_rms=return_rms)
+    state = RunState(train_state, env_state, state.global_step + args.batch_size)
+    return state, (stats, losses, programs.summarize(train_state))
+
+
+class TrainResult(NamedTuple):
+    train_state: TrainState  # the last one with finite parameters and losses
+    env_state: EnvState
+    global_step: int
+    failure: str | None  # what went non-finite, if anything
+
+
+def train(args: PPOArgs, logger: "IterationLogger", stop: "StopRequest | None" = None, checkpoint=None) -> TrainResult:
+    """PPO from `args`, or from `checkpoint` on, until --total-timesteps, a non-finite value, or `stop`."""
+    envs, handle, xla_step = make_envs(args.env_id, args.num_envs, args.num_threads, args.seed)
+    programs = make_programs(args, envs, xla_step)
+    state = initial_state(programs, handle, envs.reset()[0], checkpoint)
+    logger.start(state.global_step)
+
+    # Iteration i is dispatched while i-1 still runs its epochs (on one core), and i-1 is logged once i's
+    # rollout has ended, while i's epochs run: the device never waits for Python's dispatching and logging,
+    # and Python never takes a core from EnvPool's threads during a rollout. --target-kl waits for each
+    # epoch, which undoes it. Every return comes after the newest rollout has ended, so EnvPool can be freed.
+    logged, failure = state, None  # the newest state whose iteration was logged as finite
+    pending = None  # (iteration, state, figures) dispatched and not logged yet
+    for iteration in range(state.global_step // args.batch_size + 1, args.num_iterations + 1):
+        state, figures = run_iteration(programs, state, iteration, args)
+        jax.block_until_ready(state.env_state.obs)  # the rollout has ended, the epochs run on
+        if pending is not None:
+            if failure := logger.log(*pending):
+                break
+            logged = pending[1]
+        pending = (iteration, state, figures)
+        if stop is not None and stop.signum is not None:
+            break
+    if pending is not None and failure is None:
+        failure = logger.log(*pending)
+        logged = logged if failure else pending[1]
+    return TrainResult(*logged, failure)
+
+
+# ===================================================================================================
+# Running it: checkpoints, evaluation and video, signals, progress and logging, W&B, the command line.
+# ===================================================================================================
+
+
+# JAX runs on the CPU: EnvPool's XLA step is a host-side call, on a GPU backend an early version of this
+# script trained silently wrong, and for 64x64 networks the CPU is as fast (docs/how-it-works.md).
+jax.config.update("jax_platforms", "cpu")
+# Compiled programs are kept on disk, so the next run with the same shapes loads its set-up and update
+# instead of compiling them. JAX_COMPILATION_CACHE_DIR picks another folder, JAX_ENABLE_COMPILATION_CACHE=false
+# turns it off.
+if jax.config.jax_compilation_cache_dir is None:
+    jax.config.update("jax_compilation_cache_dir", os.path.expanduser("~/.cache/ppo_continuous_envpool_jax"))
+jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
+
+
+@dataclass
+class Args(PPOArgs):
+    """PPO's hyperparameters (above) and the flags of running it."""
+
+    exp_name: str = os.path.basename(__file__)[: -len(".py")]
+    """the name of this experiment"""
+    track: bool = False
+    """if toggled, this experiment will be tracked with Weights and Biases"""
+    wandb_project_name: str = "ppo-continuous-envpool-jax"
+    """the wandb's project name"""
+    wandb_entity: str | None = None
+    """the entity (team) of wandb's project"""
+    save_model: bool = False
+    """keep the model (parameters, optimizer and normalisation state) in `runs/{run_name}/{exp_name}.model`
+    at the end; it is also written on Ctrl-C/SIGTERM and before stopping on a non-finite value"""
+    checkpoint_every_seconds: float = 300.0
+    """write the run's resumable state to `runs/{run_name}/{exp_name}.model` after the first iteration that
+    ends this many seconds after the last checkpoint (0: off), and on every early stop; removed at the end
+    unless --save-model"""
+    eval_every: int = 0
+    """evaluate the policy every this many environment steps and after the last iteration, logged as
+    eval/episodic_return (0: off); on environments of its own, not counted in global_step"""
+    eval_episodes: int = 10
+    """episodes of each evaluation (mean action, environments of its own): --eval-every, the one that ends
+    training with --save-model or --capture-video, and --evaluate"""
+    capture_video: bool = False
+    """record the first evaluation episode to `videos/{run_name}/eval.mp4` (needs OpenGL: EGL or OSMesa)"""
+    evaluate: str | None = None
+    """evaluate the model saved at this path instead of training (task and network come from the file)"""
+    resume: str | None = None
+    """continue the run whose model or checkpoint is at this path (the .model file or its run directory): its
+    flags are the defaults, flags given now override them (not --env-id, --hidden-sizes, --norm-obs,
+    --reward-norm; --init-log-std has no effect); a new --total-timesteps reshapes the lr schedule"""
+
+
+def save_checkpoint(path: str, args: Args, state: RunState):
     """Everything needed to evaluate the policy or resume training, in flax's msgpack format.
 
-    Without the observation statistics the policy is useless, so they travel with the parameters. The
-    file is written beside its destination and renamed, so an interruption never leaves half a model.
+    Without the observation statistics the policy is useless, so they travel with the parameters. The file
+    is written beside its destination and renamed: a kill at any moment leaves the previous one intact.
     """
-    state = {
+    checkpoint = {
         "args": json.dumps(asdict(args)),
-        "global_step": global_step,
-        "train_state": train_state,  # parameters, optimizer state, gradient-step count
-        "obs_rms": env_state.obs_rms,
-        "return_rms": env_state.return_rms,
+        "global_step": state.global_step,
+        "train_state": state.train_state,
+        "obs_rms": state.env_state.obs_rms,
+        "return_rms": state.env_state.return_rms,
     }
-    data = flax.serialization.msgpack_serialize(flax.serialization.to_state_dict(jax.device_get(state)))
-    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-    with open(f"{path}.tmp", "wb") as f:
-        f.write(data)
-    os.replace(f"{path}.tmp", path)
+    data = flax.serialization.msgpack_serialize(flax.serialization.to_state_dict(jax.device_get(checkpoint)))
+    try:
+        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+        with open(f"{path}.tmp", "wb") as f:
+            f.write(data)
+        os.replace(f"{path}.tmp", path)
+    except OSError as error:
+        with contextlib.suppress(OSError):
+            os.remove(f"{path}.tmp")
+        sys.exit(f"error: cannot write the checkpoint {path}: {error} (the previous one, if any, is kept)")
+
+
+def checkpoint_path(path: str) -> str:
+    """The .model file at `path`, or the one in the run directory `path`."""
+    if not os.path.isdir(path):
+        return path
+    models = glob.glob(os.path.join(glob.escape(path), "*.model"))
+    if len(models) != 1:
+        found = "no .model file" if not models else f"{len(models)} .model files"
+        sys.exit(f"error: {path} holds {found}; name the model file to use")
+    return models[0]
 
 
 def load_checkpoint(path: str) -> dict:
@@ -712,6 +745,97 @@ def load_checkpoint(path: str) -> dict:
     except (OSError, ValueError, KeyError, TypeError) as error:
         sys.exit(f"error: cannot read a model from {path}: {error}")
     return checkpoint
+
+
+class Evaluation(NamedTuple):
+    returns: np.ndarray  # (--eval-episodes,)
+    lengths: np.ndarray  # (--eval-episodes,)
+    first_actions: np.ndarray  # (max episode steps, act_dim) as sent in the first episode, for its video
+
+
+class EvalCarry(NamedTuple):
+    handle: jax.Array
+    obs: jax.Array  # (E, obs_dim)
+    t: jax.Array  # steps so far
+    done: jax.Array  # (E,) the environment's episode has ended
+    lengths: jax.Array  # (E,)
+    rewards: jax.Array  # (max episode steps, E), 0 after the episode's end
+    first_actions: jax.Array  # (max episode steps, act_dim)
+
+
+def evaluate(args: Args, params, obs_rms: RunningMeanStd) -> Evaluation:
+    """--eval-episodes episodes of the mean action, one per environment, as one compiled loop over EnvPool's
+    XLA step.
+
+    The environments are made anew from the run's seed each time: the training environments are never
+    stepped, and every evaluation of a run starts from the same states, so its curve compares policies, not
+    starts. A new EnvPool means a new compile (about 0.1 s): the program is bound to the pool it steps.
+    """
+    envs, handle, xla_step = make_envs(args.env_id, args.eval_episodes, args.num_threads, args.seed)
+    network = make_network(args, envs.action_space)
+    low, high = envs.action_space.low.astype(np.float32), envs.action_space.high.astype(np.float32)
+    num_episodes, max_steps = args.eval_episodes, envs.spec.config.max_episode_steps
+
+    @jax.jit
+    def play(params, obs_rms, handle, obs):
+        def unfinished(carry):
+            return ~carry.done.all()
+
+        def step(carry: EvalCarry):
+            mean = network.apply(params, standardize(obs_rms, carry.obs) if args.norm_obs else carry.obs)[0]
+            action = to_env_action(mean, low, high, args.clip_action)
+            handle, obs, reward, terminated, truncated = env_step(xla_step, carry.handle, action)
+            # A finished environment goes on stepping (EnvPool steps them all); what it does is not counted.
+            return EvalCarry(
+                handle=handle,
+                obs=obs,
+                t=carry.t + 1,
+                done=carry.done | terminated | truncated,
+                lengths=carry.lengths + ~carry.done,
+                rewards=carry.rewards.at[carry.t].set(jnp.where(carry.done, 0.0, reward)),
+                first_actions=carry.first_actions.at[carry.t].set(action[0]),
+            )
+
+        carry = EvalCarry(
+            handle=handle,
+            obs=obs,
+            t=0,
+            done=jnp.zeros(num_episodes, bool),
+            lengths=jnp.zeros(num_episodes, jnp.int32),
+            rewards=jnp.zeros((max_steps, num_episodes)),
+            first_actions=jnp.zeros((max_steps, low.shape[0])),
+        )
+        return jax.lax.while_loop(unfinished, step, carry)
+
+    first_obs = jnp.asarray(envs.reset()[0], jnp.float32)
+    carry = jax.device_get(play(params, obs_rms, handle, first_obs))
+    # Summed on the host in float64, as EnvPool's NumPy API would give them.
+    return Evaluation(carry.rewards.astype(np.float64).sum(0), carry.lengths, carry.first_actions)
+
+
+VIDEO_SIZE = (320, 240)  # width, height
+VIDEO_FPS = 30
+
+
+def record_video(args: Args, evaluation: Evaluation, path: str):
+    """Replays the first episode of `evaluation` on a rendering EnvPool to an MP4, one frame per step and the first.
+
+    Its environment is the evaluation's first (same task and seed, so the same start), and MuJoCo is
+    deterministic: the replayed actions give the evaluated episode exactly.
+    """
+    render = {"render_mode": "rgb_array", "render_width": VIDEO_SIZE[0], "render_height": VIDEO_SIZE[1]}
+    envs = envpool.make(args.env_id, env_type="gymnasium", num_envs=1, num_threads=1, seed=args.seed, **render)
+    envs.reset()
+    frames = [envs.render()[0]]
+    for action in evaluation.first_actions[: evaluation.lengths[0]]:
+        envs.step(np.asarray(action[None], np.float64))
+        frames.append(envs.render()[0])
+    import imageio.v3 as iio
+
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with warnings.catch_warnings():  # JAX warns of any fork; ffmpeg's is followed at once by exec
+        warnings.filterwarnings("ignore", "os.fork", RuntimeWarning)
+        iio.imwrite(path, np.stack(frames), fps=VIDEO_FPS, codec="libx264")
 
 
 def open_gl_context(width: int, height: int):
@@ -735,64 +859,6 @@ def open_gl_context(width: int, height: int):
     return context
 
 
-def make_policy(args: Args):
-    """The mean action as sent to the task, compiled once: (params, obs_rms, raw obs) -> action."""
-    action_space = envpool.make_spec(args.env_id).action_space
-    network = ActorCritic(action_space.shape[0], tuple(args.hidden_sizes), args.init_log_std)
-    low, high = action_space.low.astype(np.float32), action_space.high.astype(np.float32)
-
-    @jax.jit
-    def policy(params, obs_rms: RunningMeanStd, obs):
-        obs = obs.astype(jnp.float32)
-        mean = network.apply(params, standardize(obs_rms, obs) if args.norm_obs else obs)[0]
-        return to_env_action(mean, low, high, args.clip_action)
-
-    return policy
-
-
-def evaluate(args: Args, policy, params, obs_rms: RunningMeanStd, video_path: str | None = None):
-    """Returns and lengths, (--eval-episodes,) each, of the mean-action `policy` on fresh EnvPool envs.
-
-    Each environment plays one episode. The environments are made anew from the run's seed each time: the
-    training environments are never stepped, and every evaluation of a run starts from the same states, so
-    its curve compares policies, not starts. With `video_path`, the first episode is rendered to an MP4.
-    """
-    render = {"render_mode": "rgb_array", "render_width": VIDEO_SIZE[0], "render_height": VIDEO_SIZE[1]}
-    num_episodes = args.eval_episodes
-    envs = envpool.make(
-        args.env_id,
-        env_type="gymnasium",
-        num_envs=num_episodes,
-        num_threads=args.num_threads,
-        seed=args.seed,
-        **(render if video_path else {}),
-    )
-    obs, _ = envs.reset()
-    returns, lengths = np.zeros(num_episodes), np.zeros(num_episodes, int)
-    done = np.zeros(num_episodes, bool)
-    frames = [envs.render()[0]] if video_path else []
-    while not done.all():
-        obs, reward, terminated, truncated, _ = envs.step(np.asarray(policy(params, obs_rms, obs), np.float64))
-        if video_path and not done[0]:  # render before the late reset replaces the final state
-            frames.append(envs.render()[0])
-        returns += np.where(done, 0.0, reward)
-        lengths += ~done
-        done |= terminated | truncated
-    if video_path:
-        import imageio.v3 as iio
-
-        os.makedirs(os.path.dirname(video_path), exist_ok=True)
-        with warnings.catch_warnings():  # JAX warns of any fork; ffmpeg's is followed at once by exec
-            warnings.filterwarnings("ignore", "os.fork", RuntimeWarning)
-            iio.imwrite(video_path, np.stack(frames), fps=VIDEO_FPS, codec="libx264")
-    return returns, lengths
-
-
-# ---------------------------------------------------------------------------------------------------
-# Training loop
-# ---------------------------------------------------------------------------------------------------
-
-
 class StopRequest:
     """Signal handler for SIGINT and SIGTERM: the training loop stops at the end of the iteration."""
 
@@ -807,28 +873,15 @@ class StopRequest:
         print(f"\n{name}: stopping after this iteration (send it again to abort without saving)", file=sys.stderr)
 
 
-class TrainResult(NamedTuple):
-    train_state: TrainState  # the last one with finite parameters and losses
-    env_state: EnvState
-    global_step: int
-    failure: str | None  # what went non-finite, if anything
-
-
-class Dispatched(NamedTuple):
-    """An iteration handed to JAX and not logged yet."""
-
-    iteration: int
-    global_step: int  # after it
-    logs: tuple  # its figures for the log, still on the device
-    before: TrainResult  # the state before it, which train() returns if it went non-finite
-    policy_state: tuple  # (params, obs_rms) after it, for --eval-every
+def print_progress(_step: int, line: str):
+    print(line, flush=True)
 
 
 @contextlib.contextmanager
 def progress_reporter(total_steps: int, start_step: int):
     """A progress bar with steps/s and ETA on a terminal; plain lines in logs."""
     if not sys.stdout.isatty():
-        yield lambda step, line: print(line, flush=True)
+        yield print_progress
         return
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
@@ -849,74 +902,26 @@ def first_nonfinite(losses: dict, params_finite) -> str | None:
     return None
 
 
-def train(args: Args, writer, stop: StopRequest | None = None, checkpoint: dict | None = None) -> TrainResult:
-    """PPO from `args`, or from `checkpoint` on. Stops early at a non-finite value or when `stop` is set."""
-    envs, handle, xla_step = make_envs(args)
-    first_obs, _ = envs.reset()
-    network = ActorCritic(envs.action_space.shape[0], tuple(args.hidden_sizes), args.init_log_std)
-    optimizer, learning_rate = make_optimizer(args)
+class IterationLogger:
+    """What happens to each iteration that `train` hands over: its scalars and progress line, and on their
+    schedules the evaluation (--eval-every) and the checkpoint (--checkpoint-every-seconds)."""
 
-    # Compiled as one program although it runs once: every op run eagerly would be compiled on its own.
-    @jax.jit
-    def init_states(handle, first_obs, statistics):
-        env_state = init_env_state(handle, first_obs, args.norm_obs, **statistics)
-        params = network.init(jax.random.PRNGKey(args.seed), env_state.obs)
-        return env_state, TrainState.create(apply_fn=network.apply, params=params, tx=optimizer)
+    def __init__(self, args: Args, writer, report=print_progress, checkpoint_path: str | None = None):
+        self.args, self.writer, self.report, self.checkpoint_path = args, writer, report, checkpoint_path
+        self.last_evaluation: Evaluation | None = None  # with --eval-every: at the end, of the final policy
 
-    statistics = {}
-    if checkpoint is not None:
-        statistics = {name: RunningMeanStd(**checkpoint[name]) for name in ("obs_rms", "return_rms")}
-    env_state, train_state = init_states(handle, first_obs, statistics)
-    global_step = 0
-    if checkpoint is not None:
-        train_state = flax.serialization.from_state_dict(train_state, checkpoint["train_state"])
-        global_step = int(checkpoint["global_step"])
+    def start(self, global_step: int):
+        self.start_time, self.start_step = time.time(), global_step
+        self.eval_seconds = 0.0  # spent in evaluations, which charts/SPS leaves out
+        self.last_checkpoint_time = time.monotonic()
 
-    collect_fn = make_collect_fn(args, envs, xla_step, network.apply)
-    recompute_batch_fn = jax.jit(partial(recompute_batch, apply_fn=network.apply, args=args))
-    update_epoch_fn = jax.jit(partial(update_epoch, args=args))
-
-    @jax.jit
-    def summarize(train_state):
-        """What the log needs of the train state: which parameters are finite, the current learning rate."""
-        return jax.tree.map(lambda x: jnp.isfinite(x).all(), train_state.params), learning_rate(train_state.step)
-
-    policy = make_policy(args) if args.eval_every else None
-    base_key = jax.random.PRNGKey(args.seed)
-    start_time, start_step = time.time(), global_step
-    first_iteration = global_step // args.batch_size + 1
-
-    def run_iteration(train_state, env_state, iteration):
-        """Rollout, advantages and epochs, dispatched: JAX returns before they have run."""
-        # Keys derive from the iteration, so a resumed run samples its policy noise as the original would.
-        iteration_key = jax.random.fold_in(base_key, iteration)
-        # Minibatches are shuffled on the host: XLA's CPU sort makes jax.random.permutation cost a sixth of
-        # each epoch, NumPy's shuffle next to nothing.
-        shuffler = np.random.default_rng((args.seed, iteration))
-        env_state, transitions, batch, stats = collect_fn(train_state.params, env_state, iteration_key)
-        # With --reward-norm return, each recomputation updates the return statistics, which travel in
-        # env_state with the rest of the normalisation (and the checkpoint) to the next iteration.
-        return_rms = env_state.return_rms
-        for epoch in range(args.update_epochs):
-            if epoch > 0 and args.recompute_adv:
-                batch, return_rms = recompute_batch_fn(train_state.params, transitions, env_state.obs, return_rms)
-            train_state, losses = update_epoch_fn(train_state, batch, shuffler.permutation(args.batch_size))
-            if args.target_kl is not None and float(losses["approx_kl"]) > args.target_kl:
-                break
-        env_state = env_state.replace(return_rms=return_rms)
-        return train_state, env_state, (stats, losses, summarize(train_state))
-
-    eval_seconds = 0.0  # spent in --eval-every's evaluations, which charts/SPS leaves out
-
-    def log_iteration(dispatched: Dispatched, report) -> str | None:
+    def log(self, iteration: int, state: RunState, figures) -> str | None:
         """Wait for an iteration's figures and log them; returns what went non-finite, if anything."""
-        nonlocal eval_seconds
-        iteration, global_step = dispatched.iteration, dispatched.global_step
-        stats, losses, (params_finite, lr) = jax.device_get(dispatched.logs)
-        failure = first_nonfinite(losses, params_finite)
-        if failure:
+        args, writer, global_step = self.args, self.writer, state.global_step
+        stats, losses, (params_finite, lr) = jax.device_get(figures)
+        if failure := first_nonfinite(losses, params_finite):
             return f"{failure} at iteration {iteration} (global_step {global_step})"
-        sps = int((global_step - start_step) / (time.time() - start_time - eval_seconds))
+        sps = int((global_step - self.start_step) / (time.time() - self.start_time - self.eval_seconds))
         has_episodes = stats["num_episodes"] > 0
         if has_episodes:
             writer.add_scalar("charts/episodic_return", stats["episodic_return"], global_step)
@@ -928,39 +933,24 @@ def train(args: Args, writer, stop: StopRequest | None = None, checkpoint: dict 
         writer.add_scalar("charts/SPS", sps, global_step)
         line = f"iteration={iteration}/{args.num_iterations} global_step={global_step} return="
         line += f"{stats['episodic_return']:.1f} SPS={sps}" if has_episodes else f"- SPS={sps}"
-        # At each multiple of --eval-every that this iteration crossed, and at the end.
-        if policy is not None and (
+        # At each multiple of --eval-every that this iteration crossed, and after the last iteration.
+        if args.eval_every and (
             global_step // args.eval_every > (global_step - args.batch_size) // args.eval_every
             or iteration == args.num_iterations
         ):
             eval_start = time.time()
-            eval_return = evaluate(args, policy, *dispatched.policy_state)[0].mean()
-            eval_seconds += time.time() - eval_start
-            writer.add_scalar("eval/episodic_return", eval_return, global_step)
-            line += f" eval={eval_return:.1f}"
-        report(global_step, line)
+            evaluation = evaluate(args, state.train_state.params, state.env_state.obs_rms)
+            self.eval_seconds += time.time() - eval_start
+            self.last_evaluation = evaluation
+            writer.add_scalar("eval/episodic_return", evaluation.returns.mean(), global_step)
+            line += f" eval={evaluation.returns.mean():.1f}"
+        self.report(global_step, line)
+        interval = args.checkpoint_every_seconds
+        if self.checkpoint_path and interval and time.monotonic() - self.last_checkpoint_time >= interval:
+            writer.flush()  # the log up to the checkpoint is on disk before it, so a resumed run has no gap
+            save_checkpoint(self.checkpoint_path, args, state)
+            self.last_checkpoint_time = time.monotonic()
         return None
-
-    with progress_reporter(args.num_iterations * args.batch_size, global_step) as report:
-        # Iteration i is dispatched while i-1 still runs its epochs (on one core), and i-1 is logged once i's
-        # rollout has ended, while i's epochs run. So the device never waits for Python's dispatching and
-        # logging, and Python never takes a core from EnvPool's threads during a rollout (4-5% of the time
-        # per iteration on 2 cores, speed_benchmark.py). --target-kl waits for each epoch, which undoes it.
-        # Every return comes after the newest rollout has ended, so EnvPool can be freed then.
-        pending = None
-        for iteration in range(first_iteration, args.num_iterations + 1):
-            before = TrainResult(train_state, env_state, global_step, None)
-            train_state, env_state, logs = run_iteration(train_state, env_state, iteration)
-            global_step += args.batch_size
-            jax.block_until_ready(env_state.obs)  # the rollout has ended, the epochs run on
-            if pending is not None and (failure := log_iteration(pending, report)):
-                return pending.before._replace(failure=failure)
-            pending = Dispatched(iteration, global_step, logs, before, (train_state.params, env_state.obs_rms))
-            if stop is not None and stop.signum is not None:
-                break
-        if pending is not None and (failure := log_iteration(pending, report)):
-            return pending.before._replace(failure=failure)
-    return TrainResult(train_state, env_state, global_step, None)
 
 
 def start_wandb(args: Args, run_name: str):
@@ -984,61 +974,183 @@ def start_wandb(args: Args, run_name: str):
     return wandb
 
 
-def run_evaluation(args: Args, params, obs_rms: RunningMeanStd, run_name: str) -> np.ndarray:
-    video_path = f"videos/{run_name}/eval.mp4" if args.capture_video else None
-    returns, lengths = evaluate(args, make_policy(args), params, obs_rms, video_path)
+def mujoco_env_ids() -> list[str]:
+    # EnvPool has no public "list by family"; the first field of a registry entry is the task's module.
+    specs = envpool.registration.registry.specs
+    return sorted(env_id for env_id, spec in specs.items() if spec[0] == "envpool.mujoco.gym")
+
+
+def check_args(args: Args) -> str | None:
+    """Return a one-line description of what is wrong with `args`, or None."""
+    # Written so that NaN fails every check: each comparison with NaN is False.
+    ranges = {
+        "total_timesteps": (lambda x: x > 0, "positive"),
+        "num_envs": (lambda x: x > 0, "positive"),
+        "num_steps": (lambda x: x > 0, "positive"),
+        "num_minibatches": (lambda x: x > 0, "positive"),
+        "update_epochs": (lambda x: x > 0, "positive"),
+        "eval_episodes": (lambda x: x > 0, "positive"),
+        "num_threads": (lambda x: x >= 0, "0 (automatic) or positive"),
+        "eval_every": (lambda x: x >= 0, "0 (off) or positive"),
+        "checkpoint_every_seconds": (lambda x: 0 <= x < math.inf, "0 (off) or finite and positive"),
+        "learning_rate": (lambda x: 0 < x < math.inf, "finite and positive"),
+        "adam_eps": (lambda x: 0 < x < math.inf, "finite and positive"),
+        "gamma": (lambda x: 0 < x <= 1, "in (0, 1]"),
+        "gae_lambda": (lambda x: 0 <= x <= 1, "in [0, 1]"),
+        "clip_coef": (lambda x: x > 0, "positive"),
+        "max_grad_norm": (lambda x: x > 0, "positive"),
+        "ent_coef": (lambda x: 0 <= x < math.inf, "finite and non-negative"),
+        "vf_coef": (lambda x: 0 <= x < math.inf, "finite and non-negative"),
+        "init_log_std": (lambda x: -math.inf < x < math.inf, "finite"),
+    }
+    for name, (valid, requirement) in ranges.items():
+        if not valid(getattr(args, name)):
+            return f"--{name.replace('_', '-')} must be {requirement}, got {getattr(args, name)}"
+    if args.target_kl is not None and not args.target_kl > 0:
+        return f"--target-kl must be positive where given, got {args.target_kl}"
+    if not args.hidden_sizes or min(args.hidden_sizes) <= 0:
+        return f"--hidden-sizes must be positive integers, got {args.hidden_sizes}"
+    batch_size = args.num_envs * args.num_steps
+    if batch_size % args.num_minibatches:
+        return (
+            f"--num-minibatches {args.num_minibatches} does not divide the batch of "
+            f"--num-envs {args.num_envs} x --num-steps {args.num_steps} = {batch_size}"
+        )
+    if args.total_timesteps < batch_size:
+        return f"--total-timesteps {args.total_timesteps} is less than one batch ({batch_size} steps)"
+    mujoco_ids = mujoco_env_ids()
+    if args.env_id not in envpool.list_all_envs():
+        close = difflib.get_close_matches(args.env_id, mujoco_ids, n=3, cutoff=0.5)
+        hint = f"; did you mean {', '.join(close)}?" if close else f"; MuJoCo tasks: {', '.join(mujoco_ids)}"
+        return f"unknown --env-id {args.env_id!r}{hint}"
+    if not hasattr(envpool.make_spec(args.env_id).action_space, "low"):
+        return f"--env-id {args.env_id} has discrete actions; this PPO needs continuous actions (e.g. HalfCheetah-v4)"
+    if args.env_id not in mujoco_ids:
+        return f"--env-id {args.env_id} is not an EnvPool MuJoCo task; choose one of {', '.join(mujoco_ids)}"
+    return None
+
+
+def parse_args(cli_args: list[str] | None = None) -> tuple[Args, dict | None]:
+    """Args and, with --resume or --evaluate, the saved checkpoint, whose arguments become the defaults."""
+    cli_args = sys.argv[1:] if cli_args is None else cli_args
+    pre_parser = argparse.ArgumentParser(add_help=False)
+    pre_parser.add_argument("--resume")
+    pre_parser.add_argument("--evaluate")
+    saved, _ = pre_parser.parse_known_args(cli_args)
+    if saved.resume and saved.evaluate:
+        sys.exit("error: --resume and --evaluate exclude each other")
+    path = checkpoint_path(saved.resume or saved.evaluate) if saved.resume or saved.evaluate else None
+    checkpoint = load_checkpoint(path) if path else None
+    if checkpoint is None:
+        default = Args()
+    elif saved.resume:  # the interrupted run goes on as it was started
+        default = replace(checkpoint["args"], resume=None)
+    else:  # evaluation needs only the task, the network, its observation normalisation and action mapping
+        saved_args = checkpoint["args"]
+        default = Args(
+            env_id=saved_args.env_id,
+            hidden_sizes=saved_args.hidden_sizes,
+            norm_obs=saved_args.norm_obs,
+            clip_action=saved_args.clip_action,
+            seed=saved_args.seed,  # so that it plays the episodes of the evaluations during training
+        )
+    args = tyro.cli(Args, args=cli_args, default=default)
+    error = check_args(args)
+    if checkpoint is not None and error is None:
+        saved_args = checkpoint["args"]
+        # What the saved parameters and statistics were made for; resuming also keeps the critic's units.
+        fixed = ("env_id", "hidden_sizes", "norm_obs") + (("reward_norm",) if saved.resume else ())
+        for name in fixed:
+            if getattr(args, name) != getattr(saved_args, name):
+                error = (
+                    f"--{name.replace('_', '-')} {getattr(args, name)} differs from the saved model's "
+                    f"{getattr(saved_args, name)}"
+                )
+    if error:
+        sys.exit(f"error: {error}")
+    if saved.resume:  # the model file, also where its run directory was named
+        args.resume = path
+    elif saved.evaluate:
+        args.evaluate = path
+    args.batch_size = args.num_envs * args.num_steps
+    args.minibatch_size = args.batch_size // args.num_minibatches
+    args.num_iterations = args.total_timesteps // args.batch_size
+    return args, checkpoint
+
+
+def run_evaluation(args: Args, params, obs_rms: RunningMeanStd, run_name: str, evaluation=None) -> Evaluation:
+    """Evaluate (unless given the `evaluation` of these parameters), print the result and, with
+    --capture-video, record the first episode."""
+    evaluation = evaluate(args, params, obs_rms) if evaluation is None else evaluation
+    returns, lengths = evaluation.returns, evaluation.lengths
     print(
         f"eval/episodic_return {returns.mean():.1f} +- {returns.std():.1f} over {len(returns)} episodes "
         f"(mean length {lengths.mean():.0f})"
     )
-    if video_path:
+    if args.capture_video:
+        video_path = f"videos/{run_name}/eval.mp4"
+        record_video(args, evaluation, video_path)
         print(f"video saved to {video_path}")
-    return returns
+    return evaluation
 
 
 def run_training(args: Args, checkpoint: dict | None):
-    """Train with logging; keep the model on every way out: the end, Ctrl-C/SIGTERM, non-finite values."""
-    if args.resume:  # continue in the same run directory, where the model lives
-        run_name = os.path.basename(os.path.dirname(os.path.abspath(args.resume)))
+    """Train with logging; keep the run's state on every way out: the end, Ctrl-C/SIGTERM, non-finite values."""
+    if args.resume:  # continue in the run directory of the checkpoint
+        run_dir = os.path.dirname(args.resume) or "."
     else:
-        run_name = f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}"
-    model_path = args.resume or f"runs/{run_name}/{args.exp_name}.model"
+        run_dir = f"runs/{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}"
+    run_name = os.path.basename(os.path.abspath(run_dir))
+    model_path = args.resume or os.path.join(run_dir, f"{args.exp_name}.model")
+    print(f"run_dir={run_dir}", flush=True)
+    # The state is kept when the run stops early if it is kept at all: as a checkpoint or as the model.
+    keep_state = args.save_model or args.checkpoint_every_seconds > 0
     wandb = start_wandb(args, run_name) if args.track else None
     from tensorboardX import SummaryWriter
 
-    writer = SummaryWriter(f"runs/{run_name}")
+    # A resumed run supersedes what was logged after its checkpoint (a kill leaves some): TensorBoard, and
+    # report.py through it, drop every event of an earlier file at or after the purge step.
+    start_step = int(checkpoint["global_step"]) if args.resume else 0
+    writer = SummaryWriter(run_dir, purge_step=start_step + 1 if args.resume else None)
     writer.add_text(
         "hyperparameters",
         "|param|value|\n|-|-|\n" + "\n".join(f"|{key}|{value}|" for key, value in asdict(args).items()),
+        start_step,
     )
     stop = StopRequest()
     handlers = {signum: signal.signal(signum, stop) for signum in (signal.SIGINT, signal.SIGTERM)}
     try:
-        try:
-            result = train(args, writer, stop, checkpoint)
-        finally:  # from here on, Ctrl-C interrupts the save and evaluation as usual
-            for signum, handler in handlers.items():
-                signal.signal(signum, handler)
-        if args.save_model:
-            save_checkpoint(model_path, args, result.train_state, result.env_state, result.global_step)
+        with progress_reporter(args.num_iterations * args.batch_size, start_step) as report:
+            logger = IterationLogger(args, writer, report, model_path if args.checkpoint_every_seconds else None)
+            try:
+                result = train(args, logger, stop, checkpoint)
+            finally:  # from here on, Ctrl-C interrupts the save and evaluation as usual
+                for signum, handler in handlers.items():
+                    signal.signal(signum, handler)
+        state = RunState(*result[:3])
+        finished = result.failure is None and stop.signum is None
+        if args.save_model or (keep_state and not finished):
+            save_checkpoint(model_path, args, state)
             print(f"model saved to {model_path}")
-        # With --eval-every, train() has evaluated the final policy already: only a video needs another run.
-        final_eval = args.capture_video or (args.save_model and not args.eval_every)
-        if result.failure is None and stop.signum is None and final_eval:
-            returns = run_evaluation(args, result.train_state.params, result.env_state.obs_rms, run_name)
-            if not args.eval_every:
-                writer.add_scalar("eval/episodic_return", returns.mean(), result.global_step)
+        elif os.path.exists(model_path):  # a checkpoint of a run that has finished without --save-model
+            os.remove(model_path)
+        # The final policy is evaluated for a video, and for a kept model (by --eval-every, or here).
+        if finished and (args.capture_video or (args.save_model and not args.eval_every)):
+            params, obs_rms = state.train_state.params, state.env_state.obs_rms
+            evaluation = run_evaluation(args, params, obs_rms, run_name, logger.last_evaluation)
+            if logger.last_evaluation is None:
+                writer.add_scalar("eval/episodic_return", evaluation.returns.mean(), state.global_step)
     finally:
         writer.close()
         if wandb is not None:
             wandb.finish()
     if result.failure:
-        kept = f"; the last finite model is in {model_path}" if args.save_model else ""
+        kept = f"; the last finite state is in {model_path}" if keep_state else ""
         sys.exit(f"error: training diverged: non-finite {result.failure}{kept}")
     if stop.signum is not None:
-        kept = f"; model saved to {model_path} (continue with --resume {model_path})" if args.save_model else ""
+        kept = f"; state saved to {model_path} (continue with --resume {run_dir})" if keep_state else ""
         print(
-            f"stopped by {signal.Signals(stop.signum).name} at global_step {result.global_step}{kept}", file=sys.stderr
+            f"stopped by {signal.Signals(stop.signum).name} at global_step {state.global_step}{kept}", file=sys.stderr
         )
         sys.exit(128 + stop.signum)
 

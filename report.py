@@ -7,7 +7,16 @@ groups the runs by (env id, exp name) over seeds, and writes
   the wall-clock time, mean ± std over seeds, plus a per-run table;
 * learning curves, 500x300 PNGs per env id: return against environment steps and against wall-clock time,
   and, when some run of the env id logged `eval/episodic_return`, the evaluation return against environment
-  steps; a mean line and a shaded ±std band over seeds per exp name.
+  steps; a mean line and a shaded ±std band over seeds per exp name;
+* the same curves as numbers, `curves.csv` (env id, exp name, tag, step, mean, std, seeds; also
+  `charts/success_rate` and `eval/success_rate` where logged), and every run's finals, `runs.csv`, so that
+  others can plot and compare against their own baselines;
+* a comparison across tasks (below): per experiment the IQM and mean of normalised scores with 95%
+  confidence intervals, the probability that one experiment improves on another, and a performance
+  profile, `performance_profile.png`.
+
+With `--finals CSV` it reads per-run finals from a CSV (a `runs.csv` of this tool, or one built from
+published tables) instead of a runs directory, and writes the comparison alone.
 
 A sweep may still be running: a run that has logged fewer steps than the longest run of its (env id,
 exp name), or no scalar at all yet, is listed as "in progress" and counts nowhere else. Other directories
@@ -31,8 +40,29 @@ Definitions
                 far, and left out of the means, of the seed counts behind them and of the curves.
   std           population standard deviation over seeds (numpy's default, ddof=0).
   curves        each seed's curve is linearly interpolated onto a common grid spanning the x range
-                that all seeds cover; the line is the mean over seeds, the band mean ± std. The eval curve
-                needs no interpolation: it is the mean and std at the steps every seed evaluated.
+                that all seeds cover; the line is the mean over seeds, the band mean ± std. The eval curves
+                need no interpolation: they are the mean and std at the steps every seed evaluated.
+  eval at max   a run's eval return at the step where the mean eval curve of its (env id, exp name) peaks:
+                the per-run values whose mean is the max eval return.
+
+Comparison across tasks (Agarwal et al., "Deep RL at the Edge of the Statistical Precipice", NeurIPS 2021,
+computed with their `rliable` library)
+  normalised score
+                a run's final return (or eval at max) divided by the reference of its task: the published
+                figure of `--reference` (REFERENCES below), or with `--baseline EXP` the mean final return
+                of EXP on that task. Tasks without a reference, or that some compared experiment has not
+                run, are left out, with a line on stderr.
+  runs          per experiment, the seeds it has on every compared task (the bootstrap needs as many runs
+                on each task); the others are left out, with a line on stderr.
+  IQM           interquartile mean: the mean of the middle 50% of all (run, task) scores, robust to the
+                outlying runs that move a mean and less noisy than a median.
+  95% CI        percentile stratified bootstrap: runs resampled with replacement within each task,
+                `--bootstrap-reps` times, from `--bootstrap-seed`, so a report repeats exactly.
+  P(X > Y)      probability of improvement: the chance that a run of X scores above a run of Y on the
+                same task (ties count half; the Mann-Whitney U statistic), averaged over tasks; each pair
+                once, the experiment with the higher IQM as X. Its CI resamples X's and Y's runs apart.
+  performance profile
+                the fraction of (run, task) scores above each threshold tau, with 95% CI bands.
 
 This tool reads the event files only; it does not import the training script.
 """
@@ -40,22 +70,54 @@ This tool reads the event files only; it does not import the training script.
 from __future__ import annotations
 
 import argparse
+import csv
 import math
 import re
 import struct
 import sys
 from collections import defaultdict
 from dataclasses import dataclass
+from itertools import combinations
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 
 RETURN_TAG = "charts/episodic_return"
 EVAL_TAG = "eval/episodic_return"
+SUCCESS_TAG = "charts/success_rate"
+EVAL_SUCCESS_TAG = "eval/success_rate"
+# Training tags are logged as episodes end, at steps that differ between seeds: their curves are interpolated.
+# Eval tags are logged at the same steps for every seed of a configuration: their curves need no interpolation.
+TRAINING_TAGS = (RETURN_TAG, SUCCESS_TAG)
+EVAL_TAGS = (EVAL_TAG, EVAL_SUCCESS_TAG)
 PNG_SIZE = (500, 300)  # pixels: figsize (5, 3) at dpi 100
 RUN_DIR = re.compile(r"^(?P<env_id>[^_].*?)__(?P<exp_name>.+)__(?P<seed>\d+)__(?P<time>\d+)$")
 SWEEP_LOGS = "logs"  # benchmark.sh's runs/logs/<sweep>/: not a run, skipped without a word
 IN_PROGRESS = "in progress"
+INCLUDED = "included"
+
+# Published 1M-step figures to normalise by: (what the figure is and where it comes from, {task: return}).
+REFERENCES = {
+    "tianshou": (
+        (
+            "tianshou's PPO (its examples/mujoco benchmark table): the best point of its 10-seed mean test curve "
+            "within 1M steps, on the gym v3 tasks, test actions sampled from the policy"
+        ),
+        {"HalfCheetah-v4": 5784, "Hopper-v4": 2609, "Walker2d-v4": 3589, "Ant-v4": 3258, "Humanoid-v4": 787},
+    ),
+    "cleanrl": (
+        (
+            "CleanRL's ppo_continuous_action.py (its documentation's benchmark table): the final training return, "
+            "3 seeds, 1M steps"
+        ),
+        {"HalfCheetah-v4": 1443, "Hopper-v4": 2383, "Walker2d-v4": 2288, "Humanoid-v4": 716},
+    ),
+}
+# The per-run CSV, runs.csv: written from the event files, read back by --finals.
+RUNS_CSV_COLUMNS = ["env_id", "exp_name", "seed", "status", "steps", "window", "final_return", "eval_at_max"]
+RUNS_CSV_COLUMNS += ["last_eval", "wall_clock", "run"]
+SCORES = {"final_return": "final return", "eval_at_max": "eval at max"}  # CSV column -> what the tables say
 
 
 @dataclass
@@ -66,17 +128,28 @@ class Run:
     start_time: int  # from the directory name
     path: Path
     empty: bool  # no scalar logged yet: the run has just started
-    steps: np.ndarray  # of the episodic-return events
-    returns: np.ndarray
+    curves: dict[str, tuple[np.ndarray, np.ndarray]]  # tag -> (steps, values), for TRAINING_TAGS and EVAL_TAGS
     seconds: np.ndarray  # wall-clock of the episodic-return events, from the run's first event
-    eval_steps: np.ndarray  # of the eval-return events; empty when the run logged none
-    eval_returns: np.ndarray
     total_steps: int  # last step of any scalar
     wall_clock: float  # seconds, last scalar event minus first event; nan when empty
     final_return: float  # nan when no return was logged in the window
     window: float  # steps averaged over for final_return; nan when empty
     short: bool  # the run was shorter than --window-steps
     in_progress: bool = False  # empty, or behind the longest run of its group: in no mean and no curve
+    eval_at_max: float = math.nan  # its eval return where its group's mean eval curve peaks
+
+    def logged(self, tag: str) -> bool:
+        return len(self.curves[tag][0]) > 0
+
+
+class Final(NamedTuple):
+    """What the comparison across tasks needs of one run, from its event files or a CSV row."""
+
+    env_id: str
+    exp_name: str
+    seed: int
+    final_return: float
+    eval_at_max: float  # nan where the run has no eval data
 
 
 class Parser(argparse.ArgumentParser):
@@ -89,10 +162,12 @@ def parse_args(argv=None) -> argparse.Namespace:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog=(
-            "example:\n"
-            "  uv run python report.py runs --exp-name ppo_continuous_envpool_jax --out-dir docs\n"
-            "  -> docs/benchmark.md, docs/<env_id>_return_vs_steps.png, docs/<env_id>_return_vs_time.png\n"
-            "     and, when the runs logged eval/episodic_return, docs/<env_id>_eval_vs_steps.png"
+            "examples:\n"
+            "  uv run python report.py runs --exp-name mine --exp-name theirs\n"
+            "  -> report/benchmark.md, report/<env_id>_return_vs_steps.png, report/<env_id>_return_vs_time.png,\n"
+            "     report/<env_id>_eval_vs_steps.png when the runs logged eval/episodic_return,\n"
+            "     report/curves.csv, report/runs.csv and report/performance_profile.png\n"
+            "  uv run python report.py --finals docs/defaults-choice-finals.csv --out-dir report/defaults"
         ),
     )
     parser.add_argument(
@@ -103,14 +178,22 @@ def parse_args(argv=None) -> argparse.Namespace:
         metavar="RUNS_DIR",
         help="directory of the run directories (default: runs)",
     )
+    parser.add_argument(
+        "--finals",
+        type=Path,
+        metavar="CSV",
+        help="compare the per-run finals of this CSV (columns env_id, exp_name, seed, final_return and optionally "
+        "status, eval_at_max, as in runs.csv) instead of reading RUNS_DIR; writes the comparison alone",
+    )
     parser.add_argument("--exp-name", action="append", metavar="NAME", help="only runs of this exp name (repeatable)")
     parser.add_argument("--env-id", action="append", metavar="ID", help="only runs of this env id (repeatable)")
+    parser.add_argument("--seed", action="append", type=int, metavar="N", help="only runs of this seed (repeatable)")
     parser.add_argument(
         "--out-dir",
         type=Path,
         metavar="DIR",
-        default=Path("docs"),
-        help="where to write the report and the PNGs (default: docs)",
+        default=Path("report"),
+        help="where to write the report, the PNGs and the CSVs (default: report)",
     )
     parser.add_argument(
         "--markdown",
@@ -139,7 +222,32 @@ def parse_args(argv=None) -> argparse.Namespace:
         metavar="N",
         help="points of the common grid the seeds' curves are interpolated on (default: 200)",
     )
-    parser.add_argument("--no-plots", action="store_true", help="write the Markdown report only")
+    parser.add_argument(
+        "--reference",
+        choices=sorted(REFERENCES),
+        default="tianshou",
+        help="published figures each task's scores are divided by (default: tianshou)",
+    )
+    parser.add_argument(
+        "--baseline",
+        metavar="EXP",
+        help="divide each task's scores by this experiment's mean final return there, instead of --reference",
+    )
+    parser.add_argument(
+        "--bootstrap-reps",
+        type=int,
+        default=2000,
+        metavar="N",
+        help="bootstrap resamples behind each confidence interval (default: 2000)",
+    )
+    parser.add_argument(
+        "--bootstrap-seed",
+        type=int,
+        default=0,
+        metavar="SEED",
+        help="seed of the bootstrap's random numbers (default: 0)",
+    )
+    parser.add_argument("--no-plots", action="store_true", help="no PNGs (the Markdown and the CSVs are still written)")
     args = parser.parse_args(argv)
     if args.window_steps <= 0:
         parser.error(f"--window-steps must be positive, got {args.window_steps}")
@@ -147,7 +255,11 @@ def parse_args(argv=None) -> argparse.Namespace:
         parser.error(f"--short-run-fraction must be in (0, 1], got {args.short_run_fraction}")
     if args.grid_points < 2:
         parser.error(f"--grid-points must be at least 2, got {args.grid_points}")
-    if not args.runs_dir.is_dir():
+    if args.bootstrap_reps < 1:
+        parser.error(f"--bootstrap-reps must be positive, got {args.bootstrap_reps}")
+    if args.finals is not None and not args.finals.is_file():
+        parser.error(f"finals CSV not found: {args.finals}")
+    if args.finals is None and not args.runs_dir.is_dir():
         parser.error(f"runs directory not found: {args.runs_dir}")
     return args
 
@@ -157,7 +269,13 @@ def parse_args(argv=None) -> argparse.Namespace:
 # ---------------------------------------------------------------------------------------------------
 
 
-def find_run_dirs(runs_dir: Path, exp_names=None, env_ids=None) -> list[tuple[dict, Path]]:
+def selected(info: dict, args: argparse.Namespace) -> bool:
+    """Whether a run (a dict with env_id, exp_name and seed) passes the --exp-name, --env-id and --seed filters."""
+    filters = [(args.exp_name, info["exp_name"]), (args.env_id, info["env_id"]), (args.seed, info["seed"])]
+    return all(not wanted or value in wanted for wanted, value in filters)
+
+
+def find_run_dirs(runs_dir: Path, args: argparse.Namespace) -> list[tuple[dict, Path]]:
     """Run directories with event files, the latest one of each (env id, exp name, seed).
 
     Plain files and benchmark.sh's `logs` folder are passed over silently; any other directory that is not a
@@ -176,7 +294,7 @@ def find_run_dirs(runs_dir: Path, exp_names=None, env_ids=None) -> list[tuple[di
             continue
         info = match.groupdict()
         info["seed"], info["time"] = int(info["seed"]), int(info["time"])
-        if (exp_names and info["exp_name"] not in exp_names) or (env_ids and info["env_id"] not in env_ids):
+        if not selected(info, args):
             continue
         if not any(path.glob("events.out.tfevents.*")):
             print(f"report.py: skipping {path}: no event file events.out.tfevents.*", file=sys.stderr)
@@ -223,7 +341,7 @@ def load_run(info: dict, path: Path, window_steps: int, short_run_fraction: floa
         return steps, values, seconds
 
     steps, values, seconds = series(RETURN_TAG)
-    eval_steps, eval_values, _ = series(EVAL_TAG)
+    curves = {tag: series(tag)[:2] for tag in TRAINING_TAGS + EVAL_TAGS}
 
     if empty:
         window, short, final = math.nan, False, math.nan
@@ -238,11 +356,8 @@ def load_run(info: dict, path: Path, window_steps: int, short_run_fraction: floa
         start_time=info["time"],
         path=path,
         empty=empty,
-        steps=steps,
-        returns=values,
+        curves=curves,
         seconds=seconds,
-        eval_steps=eval_steps,
-        eval_returns=eval_values,
         total_steps=int(total_steps),
         wall_clock=float(last_time - first_time),
         final_return=final,
@@ -305,9 +420,9 @@ def seeds_cell(runs: list[Run]) -> str:
 
 def max_eval_cell(runs: list[Run]) -> str:
     """The best mean eval return over seeds and its step, e.g. "5123.40 @ 950272"."""
-    curve = eval_curve(runs)
+    curve = common_step_curve(runs, EVAL_TAG)
     if curve is None:
-        return "n/a (no common step)" if any(len(run.eval_steps) for run in runs) else "n/a"
+        return "n/a (no common step)" if any(run.logged(EVAL_TAG) for run in runs) else "n/a"
     steps, mean, _, n = curve
     best = int(np.argmax(mean))
     text = f"{mean[best]:.2f} @ {steps[best]}"
@@ -316,15 +431,28 @@ def max_eval_cell(runs: list[Run]) -> str:
     return text
 
 
-def render_markdown(groups: dict[tuple[str, str], list[Run]], args, plots: dict[str, list[str]]) -> str:
+def filters_text(args: argparse.Namespace) -> str:
+    """ ", exp name `a`, `b`, seed 1, 2" for the filters given; "" for none."""
+    filters = [("exp name", args.exp_name), ("env id", args.env_id), ("seed", args.seed)]
+    return "".join(f", {label} {', '.join(f'`{value}`' for value in values)}" for label, values in filters if values)
+
+
+def render_comparison(args: argparse.Namespace, comparison: list[str]) -> str:
+    """The report of --finals: the comparison across tasks alone."""
+    lines = ["# Comparison across tasks", "", f"Per-run finals read from `{args.finals}`{filters_text(args)}.", ""]
+    lines += comparison[2:] if comparison else ["No task to compare: see stderr."]  # [2:]: no second heading
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def render_markdown(
+    groups: dict[tuple[str, str], list[Run]], args, plots: dict[str, list[str]], comparison: list[str]
+) -> str:
     any_short = any(run.short for runs in groups.values() for run in runs)
     window = f"{args.window_steps:,}"
     lines = [
         "# Benchmark",
         "",
-        f"Runs read from `{args.runs_dir}`"
-        + (f", exp name {', '.join(f'`{name}`' for name in args.exp_name)}" if args.exp_name else "")
-        + ".",
+        f"Runs read from `{args.runs_dir}`{filters_text(args)}.",
         "",
         f"**Final return**: per run, the mean of `{RETURN_TAG}` over the last {window} environment steps"
         + (
@@ -355,22 +483,25 @@ def render_markdown(groups: dict[tuple[str, str], list[Run]], args, plots: dict[
         )
     header = ["Environment", "Experiment", "Seeds", "Steps", "Final return", "Max eval return", "Wall-clock [s]"]
     lines += markdown_table(header, rows, right={2, 3, 4, 5, 6})
+    if comparison:
+        lines += ["", *comparison]
 
     lines += [
         "",
         "## Runs",
         "",
         (
-            f"**Status**: `included` in the means above, or `{IN_PROGRESS}`: fewer steps than the longest run "
+            f"**Status**: `{INCLUDED}` in the means above, or `{IN_PROGRESS}`: fewer steps than the longest run "
             "of its experiment (or none yet), left out. "
-            f"**Last eval**: the run's last `{EVAL_TAG}`."
+            f"**Last eval**: the run's last `{EVAL_TAG}`. The same rows, with each run's eval at max, are in "
+            "`runs.csv`."
         ),
         "",
     ]
     rows = []
     for (env_id, exp_name), runs in sorted(groups.items()):
         for run in runs:
-            status = IN_PROGRESS if run.in_progress else "included"
+            status = IN_PROGRESS if run.in_progress else INCLUDED
             if run.empty:
                 numbers = ["-"] * 5
             else:
@@ -378,7 +509,7 @@ def render_markdown(groups: dict[tuple[str, str], list[Run]], args, plots: dict[
                     str(run.total_steps),
                     f"{run.window:g}",
                     "n/a" if math.isnan(run.final_return) else f"{run.final_return:.2f}",
-                    f"{run.eval_returns[-1]:.2f}" if len(run.eval_returns) else "n/a",
+                    f"{run.curves[EVAL_TAG][1][-1]:.2f}" if run.logged(EVAL_TAG) else "n/a",
                     f"{run.wall_clock:.1f}",
                 ]
             rows.append([env_id, exp_name, str(run.seed), status, *numbers, f"`{run.path.name}`"])
@@ -387,7 +518,7 @@ def render_markdown(groups: dict[tuple[str, str], list[Run]], args, plots: dict[
     lines += markdown_table(header, rows, right={2, 4, 5, 6, 7, 8})
 
     if plots:
-        lines += ["", "## Learning curves", ""]
+        lines += ["", "## Learning curves", "", "The numbers behind them: `curves.csv`.", ""]
         for env_id, files in sorted(plots.items()):
             for file in files:  # alt text from the file name: "Hopper-v4: return vs steps", ..., "eval vs steps"
                 lines.append(f"![{env_id}: {file[len(env_id) + 1 : -len('.png')].replace('_', ' ')}]({file})")
@@ -412,21 +543,34 @@ def mean_curve(xs: list[np.ndarray], ys: list[np.ndarray], points: int):
     return grid, values.mean(axis=0), values.std(axis=0), len(curves)
 
 
-def eval_curve(runs: list[Run]):
-    """Mean and std over the seeds with eval data at the steps all of them evaluated; None if there are none.
+def common_step_curve(runs: list[Run], tag: str):
+    """Mean and std over the seeds that logged `tag` at the steps all of them logged it; None if there are none.
 
     Every seed of a configuration evaluates at the same steps, so no interpolation is needed; a step that some
     seed has not reached yet (a sweep in progress) is left out rather than averaged over fewer seeds.
     """
-    evaluated = [run for run in runs if len(run.eval_steps)]
+    evaluated = [run for run in runs if run.logged(tag)]
     if not evaluated:
         return None
-    steps = sorted(set.intersection(*(set(run.eval_steps.tolist()) for run in evaluated)))
+    steps = sorted(set.intersection(*(set(run.curves[tag][0].tolist()) for run in evaluated)))
     if not steps:
         return None
-    by_step = [dict(zip(run.eval_steps.tolist(), run.eval_returns)) for run in evaluated]
+    by_step = [dict(zip(*(array.tolist() for array in run.curves[tag]))) for run in evaluated]
     values = np.array([[returns[step] for step in steps] for returns in by_step])  # (seeds, steps)
     return np.array(steps), values.mean(axis=0), values.std(axis=0), len(evaluated)
+
+
+def training_curve(runs: list[Run], tag: str, grid_points: int):
+    """Mean and std over seeds of `tag` against environment steps, on the common grid; None if none logged it."""
+    steps = [run.curves[tag][0].astype(np.float64) for run in runs]
+    return mean_curve(steps, [run.curves[tag][1] for run in runs], grid_points)
+
+
+def group_curves(runs: list[Run], grid_points: int) -> dict[str, tuple]:
+    """Every curve the group logged: tag -> (steps, mean, std, seeds), as plotted and as written to curves.csv."""
+    curves = {tag: training_curve(runs, tag, grid_points) for tag in TRAINING_TAGS}
+    curves |= {tag: common_step_curve(runs, tag) for tag in EVAL_TAGS}
+    return {tag: curve for tag, curve in curves.items() if curve is not None}
 
 
 def time_unit(max_seconds: float) -> tuple[float, str]:
@@ -446,34 +590,66 @@ def png_size(path: Path) -> tuple[int, int]:
     return struct.unpack(">II", header[16:24])
 
 
-def plot_env(env_id: str, groups: dict[str, list[Run]], out_dir: Path, grid_points: int) -> list[str]:
-    """The PNGs of one env id, from the runs that logged something; returns their file names."""
+def pyplot():
     import matplotlib
 
-    matplotlib.use("Agg")
+    matplotlib.use("Agg")  # files only, also where there is no display
     import matplotlib.pyplot as plt
 
+    return plt
+
+
+def new_figure(plt):
+    return plt.subplots(figsize=(PNG_SIZE[0] / 100, PNG_SIZE[1] / 100), dpi=100)
+
+
+def save_figure(plt, fig, ax, title: str, path: Path) -> str:
+    """The house look (small type, a light grid, a legend), saved at PNG_SIZE; returns the file name."""
+    ax.set_title(title, fontsize=10)
+    ax.xaxis.label.set_fontsize(8)
+    ax.yaxis.label.set_fontsize(8)
+    ax.tick_params(labelsize=7)
+    ax.xaxis.get_offset_text().set_fontsize(7)
+    ax.grid(alpha=0.3)
+    if ax.lines:
+        ax.legend(fontsize=7, loc="best")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)  # no bbox_inches="tight": it would change the size
+    plt.close(fig)
+    if png_size(path) != PNG_SIZE:
+        raise RuntimeError(f"{path} is {png_size(path)} pixels, expected {PNG_SIZE}")
+    return path.name
+
+
+def plot_env(env_id: str, groups: dict[str, list[Run]], out_dir: Path, grid_points: int) -> list[str]:
+    """The PNGs of one env id, from the runs that logged something; returns their file names."""
+    plt = pyplot()
     scale, unit = time_unit(
         max((run.seconds[-1] for runs in groups.values() for run in runs if len(run.seconds)), default=0.0)
     )
 
     def return_vs_steps(runs):
-        return mean_curve([run.steps.astype(np.float64) for run in runs], [run.returns for run in runs], grid_points)
+        return training_curve(runs, RETURN_TAG, grid_points)
 
     def return_vs_time(runs):
-        return mean_curve([run.seconds / scale for run in runs], [run.returns for run in runs], grid_points)
+        return mean_curve(
+            [run.seconds / scale for run in runs], [run.curves[RETURN_TAG][1] for run in runs], grid_points
+        )
+
+    def eval_vs_steps(runs):
+        return common_step_curve(runs, EVAL_TAG)
 
     # (file name suffix, x label, y label, per exp name's runs -> (x, mean, std, seeds) or None)
     plots = [
         ("return_vs_steps", "environment steps", "episodic return", return_vs_steps),
         ("return_vs_time", f"wall-clock time [{unit}]", "episodic return", return_vs_time),
     ]
-    if any(len(run.eval_steps) for runs in groups.values() for run in runs):
-        plots.append(("eval_vs_steps", "environment steps", "eval episodic return (mean action)", eval_curve))
+    if any(run.logged(EVAL_TAG) for runs in groups.values() for run in runs):
+        plots.append(("eval_vs_steps", "environment steps", "eval episodic return (mean action)", eval_vs_steps))
 
     files = []
     for suffix, xlabel, ylabel, curve_of in plots:
-        fig, ax = plt.subplots(figsize=(PNG_SIZE[0] / 100, PNG_SIZE[1] / 100), dpi=100)
+        fig, ax = new_figure(plt)
         for exp_name, runs in sorted(groups.items()):
             curve = curve_of(runs)
             if curve is None:
@@ -488,37 +664,302 @@ def plot_env(env_id: str, groups: dict[str, list[Run]], out_dir: Path, grid_poin
             )
             ax.fill_between(grid, mean - std, mean + std, color=line.get_color(), alpha=0.25, lw=0)
         ax.set_xlim(left=0)
-        ax.set_title(env_id, fontsize=10)
-        ax.set_xlabel(xlabel, fontsize=8)
-        ax.set_ylabel(ylabel, fontsize=8)
-        ax.tick_params(labelsize=7)
-        ax.xaxis.get_offset_text().set_fontsize(7)
-        ax.grid(alpha=0.3)
-        if ax.lines:
-            ax.legend(fontsize=7, loc="best")
-        fig.tight_layout()
-        name = f"{env_id}_{suffix}.png"
-        fig.savefig(out_dir / name, dpi=100)  # no bbox_inches="tight": it would change the size
-        plt.close(fig)
-        if png_size(out_dir / name) != PNG_SIZE:
-            raise RuntimeError(f"{out_dir / name} is {png_size(out_dir / name)} pixels, expected {PNG_SIZE}")
-        files.append(name)
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel(ylabel)
+        files.append(save_figure(plt, fig, ax, env_id, out_dir / f"{env_id}_{suffix}.png"))
     return files
+
+
+# ---------------------------------------------------------------------------------------------------
+# CSV: the numbers behind the tables and the curves
+# ---------------------------------------------------------------------------------------------------
+
+
+def csv_cell(value) -> str:
+    """Floats at full precision (a reader gets the numbers the report computed with), nan as an empty cell."""
+    if isinstance(value, float):
+        return "" if math.isnan(value) else repr(value)
+    return str(value)
+
+
+def write_csv(path: Path, header: list[str], rows) -> None:
+    with open(path, "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(header)
+        writer.writerows([csv_cell(value) for value in row] for row in rows)
+
+
+def runs_csv_rows(groups: dict[tuple[str, str], list[Run]]):
+    """The per-run table, one row per run in RUNS_CSV_COLUMNS, with each run's eval at max."""
+    for (env_id, exp_name), runs in sorted(groups.items()):
+        for run in runs:
+            last_eval = float(run.curves[EVAL_TAG][1][-1]) if run.logged(EVAL_TAG) else math.nan
+            status = IN_PROGRESS if run.in_progress else INCLUDED
+            yield [
+                env_id,
+                exp_name,
+                run.seed,
+                status,
+                run.total_steps,
+                run.window,
+                run.final_return,
+                run.eval_at_max,
+                last_eval,
+                run.wall_clock,
+                run.path.name,
+            ]
+
+
+def curves_csv_rows(groups: dict[tuple[str, str], list[Run]], grid_points: int):
+    """Every point of every group's curves: env id, exp name, tag, step, mean, std, seeds."""
+    for (env_id, exp_name), runs in sorted(groups.items()):
+        logged = [run for run in runs if not run.in_progress]
+        for tag, (steps, mean, std, seeds) in group_curves(logged, grid_points).items():
+            for step, m, s in zip(steps, mean, std):
+                yield [env_id, exp_name, tag, step.item(), float(m), float(s), seeds]
+
+
+def number(cell: str) -> float:
+    return float(cell) if cell.strip() else math.nan
+
+
+def read_finals(path: Path, args: argparse.Namespace) -> list[Final]:
+    """The included runs of a per-run CSV that pass the filters; rows of another `status` are skipped."""
+    with open(path, newline="") as f:
+        reader = csv.DictReader(f)
+        required = ["env_id", "exp_name", "seed", "final_return"]
+        missing = [column for column in required if column not in (reader.fieldnames or [])]
+        if missing:
+            raise BadInput(f"{path} has no column {', '.join(missing)}")
+        rows = list(reader)
+    finals = []
+    for line, row in enumerate(rows, start=2):  # line 1 is the header
+        if row.get("status", INCLUDED) != INCLUDED:
+            continue
+        try:
+            final = Final(
+                env_id=row["env_id"],
+                exp_name=row["exp_name"],
+                seed=int(row["seed"]),
+                final_return=number(row["final_return"]),
+                eval_at_max=number(row.get("eval_at_max") or ""),
+            )
+        except ValueError as error:
+            raise BadInput(f"{path}, line {line}: {error}") from None
+        if selected(final._asdict(), args):
+            finals.append(final)
+    return finals
+
+
+# ---------------------------------------------------------------------------------------------------
+# Comparison across tasks
+# ---------------------------------------------------------------------------------------------------
+
+
+class BadInput(Exception):
+    """Input the report cannot use: one line on stderr, exit status 1."""
+
+
+def note(message: str) -> None:
+    print(f"report.py: {message}", file=sys.stderr)
+
+
+def reference_figures(finals: list[Final], args: argparse.Namespace) -> tuple[str, dict[str, float]]:
+    """What each task's scores are divided by, and a description of it for the report."""
+    if args.baseline is None:
+        return REFERENCES[args.reference]
+    returns = defaultdict(list)
+    for final in finals:
+        if final.exp_name == args.baseline and math.isfinite(final.final_return):
+            returns[final.env_id].append(final.final_return)
+    if not returns:
+        raise BadInput(f"--baseline {args.baseline}: no final return of that exp name")
+    return f"the mean final return of `{args.baseline}`", {task: float(np.mean(v)) for task, v in returns.items()}
+
+
+def compared_tasks(finals: list[Final], experiments: list[str], reference: dict[str, float]) -> list[str]:
+    """The tasks with a reference figure that every experiment has a final return on."""
+    tasks = []
+    for task in sorted({final.env_id for final in finals}):
+        ran = {final.exp_name for final in finals if final.env_id == task and math.isfinite(final.final_return)}
+        missing = [exp_name for exp_name in experiments if exp_name not in ran]
+        if task not in reference:
+            note(f"the comparison across tasks leaves out {task}: no reference figure")
+        elif missing:
+            note(f"the comparison across tasks leaves out {task}: no final return of {', '.join(missing)}")
+        else:
+            tasks.append(task)
+    return tasks
+
+
+def seed_ranges(seeds: list[int]) -> str:
+    """[1, 2, 3, 5, 7, 8] -> "1-3, 5, 7-8"."""
+    ranges: list[list[int]] = []
+    for seed in sorted(seeds):
+        if ranges and seed == ranges[-1][1] + 1:
+            ranges[-1][1] = seed
+        else:
+            ranges.append([seed, seed])
+    return ", ".join(f"{lo}" if lo == hi else f"{lo}-{hi}" for lo, hi in ranges)
+
+
+def score_matrix(finals, exp_name, tasks, score, reference) -> tuple[np.ndarray, list[int]] | None:
+    """Normalised scores (runs, tasks) of one experiment over the seeds with a value on every task; None if none.
+
+    The stratified bootstrap resamples each task's runs, so it needs as many on each: a seed missing on some task
+    is left out everywhere, with a line on stderr.
+    """
+    values = {}
+    for final in finals:
+        value = getattr(final, score)
+        if final.exp_name == exp_name and final.env_id in tasks and math.isfinite(value):
+            values[(final.env_id, final.seed)] = value
+    seeds_of = {task: {seed for env_id, seed in values if env_id == task} for task in tasks}
+    seeds = sorted(set.intersection(*seeds_of.values()))
+    left_out = [f"{task} seeds {seed_ranges(sorted(seeds_of[task] - set(seeds)))}" for task in tasks]
+    left_out = [text for text, task in zip(left_out, tasks) if seeds_of[task] - set(seeds)]
+    if left_out:
+        note(
+            f"{exp_name}, {SCORES[score]}: the comparison uses the seeds on every task; leaves out {'; '.join(left_out)}"
+        )
+    if not seeds:
+        return None
+    return np.array([[values[(task, seed)] / reference[task] for task in tasks] for seed in seeds]), seeds
+
+
+def bootstrap(scores, statistic, args: argparse.Namespace) -> tuple[np.ndarray, np.ndarray]:
+    """rliable's point estimate of statistic(scores) and its 95% percentile stratified-bootstrap interval.
+
+    `scores` is one (runs, tasks) array, or a list of two, resampled independently, for a statistic of two
+    experiments. The random numbers start afresh from --bootstrap-seed on every call, so an experiment's figures
+    do not change when another one joins the report.
+    """
+    from rliable import library
+
+    # rliable 1.2.0 draws its resampling indices from NumPy's global generator, whatever random_state it is
+    # given: seeding that is what makes a report repeat. The caller's global state is put back afterwards.
+    state = np.random.get_state()
+    np.random.seed(args.bootstrap_seed)
+    try:
+        points, intervals = library.get_interval_estimates({"scores": scores}, statistic, reps=args.bootstrap_reps)
+    finally:
+        np.random.set_state(state)
+    return np.atleast_1d(points["scores"]), intervals["scores"].reshape(2, -1)  # (statistics,), (low/high, statistics)
+
+
+def iqm_and_mean(scores: np.ndarray) -> np.ndarray:
+    from rliable import metrics
+
+    return np.array([metrics.aggregate_iqm(scores), metrics.aggregate_mean(scores)])
+
+
+def probability_of_improvement(scores_x: np.ndarray, scores_y: np.ndarray) -> np.ndarray:
+    from rliable import metrics
+
+    return np.array([metrics.probability_of_improvement(scores_x, scores_y)])
+
+
+def ci_cell(point: float, interval: np.ndarray) -> str:
+    return f"{point:.2f} [{interval[0]:.2f}, {interval[1]:.2f}]"
+
+
+def compare(finals: list[Final], args: argparse.Namespace) -> tuple[list[str], dict[str, np.ndarray]]:
+    """The Markdown of the comparison across tasks, and each experiment's normalised final returns (runs, tasks).
+
+    Empty when no task can be compared.
+    """
+    description, reference = reference_figures(finals, args)
+    experiments = sorted({final.exp_name for final in finals})
+    tasks = compared_tasks(finals, experiments, reference)
+    if not tasks:
+        return [], {}
+    matrices: dict[str, dict[str, np.ndarray]] = {score: {} for score in SCORES}
+    iqms: dict[str, dict[str, float]] = {score: {} for score in SCORES}
+    rows = []
+    for score, label in SCORES.items():
+        for exp_name in experiments:
+            found = score_matrix(finals, exp_name, tasks, score, reference)
+            if found is None:
+                continue
+            scores, seeds = found
+            point, interval = bootstrap(scores, iqm_and_mean, args)
+            matrices[score][exp_name], iqms[score][exp_name] = scores, point[0]
+            cells = [ci_cell(point[i], interval[:, i]) for i in range(2)]
+            rows.append([exp_name, label, seed_ranges(seeds), *cells])
+    pairs = []
+    for score, label in SCORES.items():
+        for a, b in combinations(sorted(matrices[score]), 2):
+            x, y = (a, b) if iqms[score][a] >= iqms[score][b] else (b, a)
+            point, interval = bootstrap([matrices[score][x], matrices[score][y]], probability_of_improvement, args)
+            pairs.append([x, y, label, ci_cell(point[0], interval[:, 0])])
+
+    figures = ", ".join(f"{task} {reference[task]:.0f}" for task in tasks)
+    eval_part = (
+        "; **eval at max**: the same for the run's eval return at the step where its experiment's mean eval curve peaks"
+        if matrices["eval_at_max"]
+        else ""
+    )
+    lines = [
+        "## Across tasks",
+        "",
+        (
+            f"**Normalised score**: per run, its final return divided by its task's reference, {description} "
+            f"({figures}){eval_part}. Per experiment, over the seeds it has on every one of these tasks: the **IQM** "
+            "(interquartile mean, the mean of the middle 50% of all run x task scores) and the mean, each with its "
+            f"95% confidence interval [low, high] (percentile stratified bootstrap, {args.bootstrap_reps} resamples "
+            f"of the runs within each task, seed {args.bootstrap_seed}; `rliable`, after Agarwal et al., NeurIPS "
+            "2021)."
+        ),
+        "",
+    ]
+    lines += markdown_table(["Experiment", "Score", "Seeds", "IQM [95% CI]", "Mean [95% CI]"], rows, right={3, 4})
+    if pairs:
+        lines += [
+            "",
+            (
+                "**P(X > Y)**: the probability of improvement, the chance that a run of X scores above a run of Y on "
+                "the same task (ties count half), averaged over the tasks, with its 95% CI; each pair once, the one "
+                "with the higher IQM as X."
+            ),
+            "",
+        ]
+        lines += markdown_table(["X", "Y", "Score", "P(X > Y) [95% CI]"], pairs, right={3})
+    return lines, matrices["final_return"]
+
+
+def plot_profile(matrices: dict[str, np.ndarray], out_dir: Path, args: argparse.Namespace) -> str:
+    """The performance profile of the normalised final returns, with 95% CI bands; returns its file name."""
+    plt = pyplot()
+    from rliable import library, plot_utils
+
+    everything = np.concatenate([scores.ravel() for scores in matrices.values()])
+    taus = np.linspace(min(0.0, everything.min()), max(1.0, everything.max()), 101)
+    profiles, bands = {}, {}
+    for exp_name, scores in sorted(matrices.items()):
+        profiles[exp_name], bands[exp_name] = bootstrap(scores, lambda s: library.score_distributions(s, taus), args)
+    fig, ax = new_figure(plt)
+    plot_utils.plot_performance_profiles(
+        profiles,
+        taus,
+        performance_profile_cis=bands,
+        ax=ax,
+        xlabel="normalised final return τ",
+        ylabel="fraction of runs above τ",
+    )
+    return save_figure(plt, fig, ax, "performance profile", out_dir / "performance_profile.png")
 
 
 # ---------------------------------------------------------------------------------------------------
 
 
-def main(argv=None) -> int:
-    args = parse_args(argv)
-    found = find_run_dirs(args.runs_dir, args.exp_name, args.env_id)
+def load_groups(args: argparse.Namespace) -> dict[tuple[str, str], list[Run]]:
+    """The runs of RUNS_DIR by (env id, exp name), marked in progress or not, with their eval at max."""
+    found = find_run_dirs(args.runs_dir, args)
     if not found:
-        filters = " matching the filters" if args.exp_name or args.env_id else ""
-        print(
-            f"report.py: error: no run directories {{env_id}}__{{exp_name}}__{{seed}}__{{time}} with event files{filters} in {args.runs_dir}",
-            file=sys.stderr,
+        filters = " matching the filters" if filters_text(args) else ""
+        raise BadInput(
+            f"no run directories {{env_id}}__{{exp_name}}__{{seed}}__{{time}} with event files{filters} in {args.runs_dir}"
         )
-        return 1
     groups: dict[tuple[str, str], list[Run]] = defaultdict(list)
     for info, path in found:
         run = load_run(info, path, args.window_steps, args.short_run_fraction)
@@ -527,22 +968,66 @@ def main(argv=None) -> int:
         longest = max(run.total_steps for run in runs)
         for run in runs:
             run.in_progress = run.empty or run.total_steps < longest
+        logged = [run for run in runs if not run.in_progress]
+        curve = common_step_curve(logged, EVAL_TAG)
+        if curve is not None:
+            best_step = curve[0][np.argmax(curve[1])]
+            for run in logged:
+                steps, values = run.curves[EVAL_TAG]
+                run.eval_at_max = float(values[steps == best_step][0]) if best_step in steps else math.nan
+    return groups
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    try:
+        if args.finals is None:
+            groups = load_groups(args)
+            finals = [
+                Final(run.env_id, run.exp_name, run.seed, run.final_return, run.eval_at_max)
+                for runs in groups.values()
+                for run in runs
+                if not run.in_progress
+            ]
+        else:
+            finals = read_finals(args.finals, args)
+            if not finals:
+                raise BadInput(
+                    f"no included run{' matching the filters' if filters_text(args) else ''} in {args.finals}"
+                )
+        comparison, matrices = compare(finals, args)
+    except BadInput as error:
+        print(f"report.py: error: {error}", file=sys.stderr)
+        return 1
 
     args.out_dir.mkdir(parents=True, exist_ok=True)
-    plots: dict[str, list[str]] = {}
-    if not args.no_plots:
-        by_env: dict[str, dict[str, list[Run]]] = defaultdict(dict)
-        for (env_id, exp_name), runs in groups.items():
-            logged = [run for run in runs if not run.in_progress]
-            if logged:  # an env id whose runs are all still empty gets no (empty) plots
-                by_env[env_id][exp_name] = logged
-        for env_id, env_groups in sorted(by_env.items()):
-            plots[env_id] = plot_env(env_id, env_groups, args.out_dir, args.grid_points)
-
-    markdown = render_markdown(groups, args, plots)
+    written = [args.markdown]
+    if matrices and not args.no_plots:
+        profile = plot_profile(matrices, args.out_dir, args)
+        comparison += [
+            "",
+            f"![performance profile: the fraction of runs above each normalised final return]({profile})",
+        ]
+        written.append(profile)
+    if args.finals is None:
+        plots: dict[str, list[str]] = {}
+        if not args.no_plots:
+            by_env: dict[str, dict[str, list[Run]]] = defaultdict(dict)
+            for (env_id, exp_name), runs in groups.items():
+                logged = [run for run in runs if not run.in_progress]
+                if logged:  # an env id whose runs are all still empty gets no (empty) plots
+                    by_env[env_id][exp_name] = logged
+            for env_id, env_groups in sorted(by_env.items()):
+                plots[env_id] = plot_env(env_id, env_groups, args.out_dir, args.grid_points)
+        write_csv(args.out_dir / "runs.csv", RUNS_CSV_COLUMNS, runs_csv_rows(groups))
+        curves_header = ["env_id", "exp_name", "tag", "step", "mean", "std", "seeds"]
+        write_csv(args.out_dir / "curves.csv", curves_header, curves_csv_rows(groups, args.grid_points))
+        markdown = render_markdown(groups, args, plots, comparison)
+        written += [file for files in plots.values() for file in files] + ["runs.csv", "curves.csv"]
+    else:
+        markdown = render_comparison(args, comparison)
     (args.out_dir / args.markdown).write_text(markdown)
     print(markdown, end="")
-    written = [args.markdown] + [file for files in plots.values() for file in files]
     print(f"\nreport.py: wrote {', '.join(str(args.out_dir / name) for name in written)}", file=sys.stderr)
     return 0
 

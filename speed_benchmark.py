@@ -24,13 +24,11 @@ import subprocess
 import sys
 import tempfile
 import time
-from functools import partial
 
 PROCESS_START = time.perf_counter()
 
 import jax
 import numpy as np
-from flax.training.train_state import TrainState
 
 import ppo_continuous_envpool_jax as ppo
 
@@ -38,7 +36,8 @@ IMPORT_SECONDS = time.perf_counter() - PROCESS_START
 
 
 def raw_envpool_steps_per_second(args: ppo.Args, num_chunks: int, steps_per_chunk: int) -> list[float]:
-    envs, _handle, _xla_step = ppo.make_envs(args)  # exactly the training's task, num_envs and threads
+    # exactly the training's task, num_envs and threads
+    envs, _handle, _xla_step = ppo.make_envs(args.env_id, args.num_envs, args.num_threads, args.seed)
     envs.reset()
     space = envs.action_space
     rng = np.random.default_rng(args.seed)
@@ -70,15 +69,9 @@ def seconds_to_first_iteration(train_args: list[str], batch_size: int, cache_dir
 
 def phase_milliseconds(args: ppo.Args, iterations: int) -> dict[str, float]:
     """Median milliseconds of each part of an iteration, the training loop's parts timed one at a time."""
-    envs, handle, xla_step = ppo.make_envs(args)
-    first_obs, _ = envs.reset()
-    network = ppo.ActorCritic(envs.action_space.shape[0], tuple(args.hidden_sizes), args.init_log_std)
-    env_state = ppo.init_env_state(handle, first_obs, args.norm_obs)
-    params = network.init(jax.random.PRNGKey(args.seed), env_state.obs)
-    train_state = TrainState.create(apply_fn=network.apply, params=params, tx=ppo.make_optimizer(args)[0])
-    collect = ppo.make_collect_fn(args, envs, xla_step, network.apply)
-    recompute = jax.jit(partial(ppo.recompute_batch, apply_fn=network.apply, args=args))
-    update = jax.jit(partial(ppo.update_epoch, args=args))
+    envs, handle, xla_step = ppo.make_envs(args.env_id, args.num_envs, args.num_threads, args.seed)
+    programs = ppo.make_programs(args, envs, xla_step)
+    env_state, train_state = programs.init_states(handle, envs.reset()[0], {})
     shuffler = np.random.default_rng(args.seed)
     seconds = {"rollout and first batch": [], "update epoch": [], "advantage recomputation": []}
 
@@ -90,14 +83,23 @@ def phase_milliseconds(args: ppo.Args, iterations: int) -> dict[str, float]:
 
     for iteration in range(iterations):
         key = jax.random.PRNGKey(iteration)
-        env_state, transitions, batch, _ = timed("rollout and first batch", collect, train_state.params, env_state, key)
+        env_state, transitions, batch, _ = timed(
+            "rollout and first batch", programs.collect, train_state.params, env_state, key
+        )
         return_rms = env_state.return_rms
         for epoch in range(args.update_epochs):
             if epoch > 0 and args.recompute_adv:
                 batch, return_rms = timed(
-                    "advantage recomputation", recompute, train_state.params, transitions, env_state.obs, return_rms
+                    "advantage recomputation",
+                    programs.recompute_batch,
+                    train_state.params,
+                    transitions,
+                    env_state.obs,
+                    return_rms,
                 )
-            train_state, _ = timed("update epoch", update, train_state, batch, shuffler.permutation(args.batch_size))
+            train_state, _ = timed(
+                "update epoch", programs.update_epoch, train_state, batch, shuffler.permutation(args.batch_size)
+            )
         env_state = env_state.replace(return_rms=return_rms)
     # The first call of each compiled it.
     return {phase: 1e3 * statistics.median(values[1:]) for phase, values in seconds.items() if len(values) > 1}
@@ -112,6 +114,9 @@ class IterationClock:
     def add_scalar(self, tag, value, step):
         if tag == "charts/SPS":
             self.times.append(time.perf_counter())
+
+    def flush(self):
+        pass
 
 
 def main():
@@ -128,7 +133,7 @@ def main():
     raw = raw_envpool_steps_per_second(args, num_chunks=5, steps_per_chunk=200)
     clock = IterationClock()
     with contextlib.redirect_stdout(io.StringIO()):
-        ppo.train(args, clock)
+        ppo.train(args, ppo.IterationLogger(args, clock))
     raw += raw_envpool_steps_per_second(args, num_chunks=5, steps_per_chunk=200)
 
     iteration_seconds = np.diff(clock.times)

@@ -1,14 +1,21 @@
-"""What the end-to-end tests share: running the script as a user would, and reading its TensorBoard logs."""
+"""What the tests share: running the script as a user would, reading its TensorBoard logs, training in-process
+with the scalars kept in memory, and the NumPy references for rollouts and advantages."""
 
 import subprocess
 import sys
 from pathlib import Path
 
+import jax.numpy as jnp
+import numpy as np
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+import ppo_continuous_envpool_jax as ppo
 
 SCRIPT = Path(__file__).resolve().parents[1] / "ppo_continuous_envpool_jax.py"
 # Small and quick: 512 steps an iteration.
 SMALL = ["--num-envs", "8", "--num-steps", "64", "--num-minibatches", "4", "--update-epochs", "2"]
+HOPPER = ["--env-id", "Hopper-v4", *SMALL]
+MODEL_NAME = "ppo_continuous_envpool_jax.model"  # {exp_name}.model with the default --exp-name
 
 
 def script_command(*cli_args):
@@ -30,3 +37,71 @@ def scalars(run_dir: Path, tag: str) -> list[tuple[int, float]]:
     events = EventAccumulator(str(run_dir))
     events.Reload()
     return [(event.step, event.value) for event in events.Scalars(tag)]
+
+
+class RecordingWriter:
+    """Stands in for TensorBoard's writer: keeps every scalar in memory."""
+
+    def __init__(self):
+        self.scalars = {}
+
+    def add_scalar(self, tag, value, step):
+        self.scalars.setdefault(tag, []).append((step, float(value)))
+
+    def flush(self):
+        pass
+
+
+def train_recorded(args, **train_kwargs):
+    """`ppo.train` in this process with the scalars kept in memory: (result, scalars by tag), progress lines quiet."""
+    writer = RecordingWriter()
+    result = ppo.train(args, ppo.IterationLogger(args, writer, report=lambda step, line: None), **train_kwargs)
+    return result, writer.scalars
+
+
+def random_rollout(rng, num_steps, num_envs):
+    """Rewards, values and episode ends with EnvPool's structure: every end is followed by a reset step."""
+    terminated = np.zeros((num_steps, num_envs), bool)
+    truncated = np.zeros((num_steps, num_envs), bool)
+    is_reset = np.zeros((num_steps, num_envs), bool)
+    is_reset[0] = rng.random(num_envs) < 0.3  # the previous rollout may have ended an episode
+    for t in range(num_steps):
+        if t > 0:
+            is_reset[t] = terminated[t - 1] | truncated[t - 1]
+        end = ~is_reset[t] & (rng.random(num_envs) < 0.2)
+        kind = rng.random(num_envs) < 0.5
+        terminated[t] = end & kind
+        truncated[t] = end & ~kind
+    reward = np.where(is_reset, 0.0, rng.normal(size=(num_steps, num_envs))).astype(np.float32)
+    value = rng.normal(size=(num_steps, num_envs)).astype(np.float32)
+    last_value = rng.normal(size=num_envs).astype(np.float32)
+    return reward, value, last_value, terminated, truncated, is_reset
+
+
+def rollout_transitions(obs, value, reward, terminated, truncated, is_reset) -> ppo.Transition:
+    """NumPy arrays (T, N, ...) as the rollout's Transition; actions and log-probabilities do not matter here."""
+    num_steps, num_envs = reward.shape
+    return ppo.Transition(
+        obs=jnp.asarray(obs),
+        action=jnp.zeros((num_steps, num_envs, 2)),
+        log_prob=jnp.zeros((num_steps, num_envs)),
+        value=jnp.asarray(value),
+        reward=jnp.asarray(reward),
+        terminated=jnp.asarray(terminated),
+        truncated=jnp.asarray(truncated),
+        is_reset=jnp.asarray(is_reset),
+    )
+
+
+def numpy_gae(reward, value, last_value, terminated, truncated, gamma, lam):
+    num_steps, num_envs = reward.shape
+    advantages = np.zeros((num_steps, num_envs))
+    for env in range(num_envs):
+        next_advantage = 0.0
+        for t in reversed(range(num_steps)):
+            next_value = last_value[env] if t == num_steps - 1 else value[t + 1, env]
+            delta = reward[t, env] + gamma * (0.0 if terminated[t, env] else next_value) - value[t, env]
+            done = terminated[t, env] or truncated[t, env]
+            next_advantage = delta + (0.0 if done else gamma * lam * next_advantage)
+            advantages[t, env] = next_advantage
+    return advantages, advantages + value

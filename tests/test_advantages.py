@@ -5,54 +5,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import ppo_continuous_envpool_jax as ppo
-
-
-def random_rollout(rng, num_steps, num_envs):
-    """Rewards, values and episode ends with EnvPool's structure: every end is followed by a reset step."""
-    terminated = np.zeros((num_steps, num_envs), bool)
-    truncated = np.zeros((num_steps, num_envs), bool)
-    is_reset = np.zeros((num_steps, num_envs), bool)
-    is_reset[0] = rng.random(num_envs) < 0.3  # the previous rollout may have ended an episode
-    for t in range(num_steps):
-        if t > 0:
-            is_reset[t] = terminated[t - 1] | truncated[t - 1]
-        end = ~is_reset[t] & (rng.random(num_envs) < 0.2)
-        kind = rng.random(num_envs) < 0.5
-        terminated[t] = end & kind
-        truncated[t] = end & ~kind
-    reward = np.where(is_reset, 0.0, rng.normal(size=(num_steps, num_envs))).astype(np.float32)
-    value = rng.normal(size=(num_steps, num_envs)).astype(np.float32)
-    last_value = rng.normal(size=num_envs).astype(np.float32)
-    return reward, value, last_value, terminated, truncated, is_reset
-
-
-def rollout_transitions(obs, value, reward, terminated, truncated, is_reset) -> ppo.Transition:
-    """NumPy arrays (T, N, ...) as the rollout's Transition; actions and log-probabilities do not matter here."""
-    num_steps, num_envs = reward.shape
-    return ppo.Transition(
-        obs=jnp.asarray(obs),
-        action=jnp.zeros((num_steps, num_envs, 2)),
-        log_prob=jnp.zeros((num_steps, num_envs)),
-        value=jnp.asarray(value),
-        reward=jnp.asarray(reward),
-        terminated=jnp.asarray(terminated),
-        truncated=jnp.asarray(truncated),
-        is_reset=jnp.asarray(is_reset),
-    )
-
-
-def numpy_gae(reward, value, last_value, terminated, truncated, gamma, lam):
-    num_steps, num_envs = reward.shape
-    advantages = np.zeros((num_steps, num_envs))
-    for env in range(num_envs):
-        next_advantage = 0.0
-        for t in reversed(range(num_steps)):
-            next_value = last_value[env] if t == num_steps - 1 else value[t + 1, env]
-            delta = reward[t, env] + gamma * (0.0 if terminated[t, env] else next_value) - value[t, env]
-            done = terminated[t, env] or truncated[t, env]
-            next_advantage = delta + (0.0 if done else gamma * lam * next_advantage)
-            advantages[t, env] = next_advantage
-    return advantages, advantages + value
+from tests.support import numpy_gae, random_rollout, rollout_transitions
 
 
 def test_gae_matches_numpy_loop_with_terminations_truncations_and_resets():

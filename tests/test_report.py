@@ -7,8 +7,12 @@ report against a real sweep.)
 
 from __future__ import annotations
 
+import argparse
+import csv
+import re
 from pathlib import Path
 
+import numpy as np
 import pytest
 from matplotlib.image import imread
 from tensorboardX import SummaryWriter
@@ -168,7 +172,7 @@ def test_no_eval_plot_without_eval_data(tmp_path, capsys):
     code, markdown, _ = run_report(runs, tmp_path / "out", capsys)
 
     assert code == 0
-    assert sorted(path.name for path in (tmp_path / "out").glob("*.png")) == [
+    assert sorted(path.name for path in (tmp_path / "out").glob(f"{ENV}_*.png")) == [
         f"{ENV}_return_vs_steps.png",
         f"{ENV}_return_vs_time.png",
     ]
@@ -190,3 +194,231 @@ def test_max_eval_return_counts_only_seeds_with_eval_data(tmp_path, capsys, seed
     assert code == 0
     expected = {1: "10.00 @ 1000 (1/2 seeds)", 2: "20.00 @ 1000"}[seeds_with_eval]
     assert group_rows(markdown)["ppo"]["Max eval return"] == expected
+
+
+# ---------------------------------------------------------------------------------------------------
+# The CSVs: curves and per-run finals
+# ---------------------------------------------------------------------------------------------------
+
+
+def read_csv(path: Path) -> list[dict[str, str]]:
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def test_csvs_match_the_event_files(tmp_path, capsys):
+    runs = tmp_path / "runs"
+    training_steps, eval_steps = (100, 200, 300, 400), (200, 400)
+    # per seed: the values of charts/episodic_return, eval/episodic_return, charts/success_rate, eval/success_rate
+    logged = {
+        1: ([1, 2, 3, 4], [10, 30], [0, 0.5, 1, 1], [0, 1]),
+        2: ([3, 4, 5, 8], [20, 10], [0, 0, 0.5, 1], [0.5, 0.5]),
+    }
+    for seed, (returns, evals, successes, eval_successes) in logged.items():
+        scalars = {
+            "charts/episodic_return": list(zip(training_steps, returns)),
+            "eval/episodic_return": list(zip(eval_steps, evals)),
+            "charts/success_rate": list(zip(training_steps, successes)),
+            "eval/success_rate": list(zip(eval_steps, eval_successes)),
+        }
+        write_run(runs, f"{ENV}__ppo__{seed}__100", scalars)
+    write_run(runs, f"{ENV}__ppo__3__100", {"charts/episodic_return": [(100, 7.0)]})  # in progress
+
+    # 4 grid points over steps 100-400 are the logged steps themselves: no interpolation to redo here
+    code, _, _ = run_report(runs, tmp_path / "out", capsys, "--window-steps", "250", "--grid-points", "4")
+
+    assert code == 0
+    curves = {}
+    for row in read_csv(tmp_path / "out" / "curves.csv"):
+        assert (row["env_id"], row["exp_name"], row["seeds"]) == (ENV, "ppo", "2")  # seed 3 is in no curve
+        curves.setdefault(row["tag"], []).append(tuple(float(row[key]) for key in ("step", "mean", "std")))
+    # mean and population std of the two seeds, step by step
+    assert curves == {
+        "charts/episodic_return": [(100, 2.0, 1.0), (200, 3.0, 1.0), (300, 4.0, 1.0), (400, 6.0, 2.0)],
+        "charts/success_rate": [(100, 0.0, 0.0), (200, 0.25, 0.25), (300, 0.75, 0.25), (400, 1.0, 0.0)],
+        "eval/episodic_return": [(200, 15.0, 5.0), (400, 20.0, 10.0)],
+        "eval/success_rate": [(200, 0.25, 0.25), (400, 0.75, 0.25)],
+    }
+
+    rows = {int(row["seed"]): row for row in read_csv(tmp_path / "out" / "runs.csv")}
+    # the final return averages steps > 400 - 250; the mean eval curve (15, 20) peaks at step 400
+    expected = {
+        1: ("included", 3.0, 30.0, 30.0),
+        2: ("included", 17 / 3, 10.0, 10.0),
+        3: ("in progress", 7.0, None, None),  # 100 steps < the window: its last 10%, the return at step 100
+    }
+    for seed, (status, final, eval_at_max, last_eval) in expected.items():
+        row = rows[seed]
+        assert row["status"] == status and row["run"] == f"{ENV}__ppo__{seed}__100"
+        assert float(row["final_return"]) == pytest.approx(final)
+        assert (float(row["eval_at_max"]) if row["eval_at_max"] else None) == eval_at_max
+        assert (float(row["last_eval"]) if row["last_eval"] else None) == last_eval
+
+
+def test_the_default_out_dir_is_report_not_docs(tmp_path, capsys, monkeypatch):
+    write_run(tmp_path / "runs", f"{ENV}__ppo__1__100", {"charts/episodic_return": [(100, 1.0)]})
+    monkeypatch.chdir(tmp_path)
+
+    assert report.main(["runs", "--no-plots", "--bootstrap-reps", "10"]) == 0
+    capsys.readouterr()
+
+    assert sorted(path.name for path in (tmp_path / "report").iterdir()) == ["benchmark.md", "curves.csv", "runs.csv"]
+    assert not (tmp_path / "docs").exists()
+
+
+# ---------------------------------------------------------------------------------------------------
+# Comparison across tasks
+# ---------------------------------------------------------------------------------------------------
+
+TIANSHOU = {"Hopper-v4": 2609, "Walker2d-v4": 3589}  # tianshou's 1M figures, as published
+REPS = ["--bootstrap-reps", "200"]
+
+
+def write_finals(path: Path, finals: list[tuple[str, str, int, float]]) -> Path:
+    """A per-run CSV with the columns --finals needs: env id, exp name, seed, final return."""
+    with open(path, "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["env_id", "exp_name", "seed", "final_return"])
+        writer.writerows(finals)
+    return path
+
+
+def estimate(cell: str) -> tuple[float, float, float]:
+    """ "1.02 [0.93, 1.11]" -> (1.02, 0.93, 1.11)"""
+    match = re.fullmatch(r"(-?[\d.]+) \[(-?[\d.]+), (-?[\d.]+)\]", cell)
+    assert match, cell
+    return tuple(float(group) for group in match.groups())
+
+
+def comparison_tables(markdown: str) -> tuple[dict, dict]:
+    """The comparison's two tables, by experiment and by pair, with (point, low, high) triples."""
+    aggregates = {
+        (row["Experiment"], row["Score"]): (row["Seeds"], estimate(row["IQM [95% CI]"]), estimate(row["Mean [95% CI]"]))
+        for row in parse_markdown_table(markdown, ["Experiment", "Score", "Seeds"])
+    }
+    if "| X " not in markdown:  # one experiment: no pair
+        return aggregates, {}
+    pairs = {
+        (row["X"], row["Y"], row["Score"]): estimate(row["P(X > Y) [95% CI]"])
+        for row in parse_markdown_table(markdown, ["X", "Y", "Score"])
+    }
+    return aggregates, pairs
+
+
+def compare(finals_csv: Path, out_dir: Path, capsys, *flags) -> tuple[dict, dict, str]:
+    """report.py --finals: its two tables and its stderr."""
+    code = report.main(["--finals", str(finals_csv), "--out-dir", str(out_dir), *REPS, *flags])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    return *comparison_tables(captured.out), captured.err
+
+
+def test_iqm_and_mean_of_scores_normalised_by_tianshous_figures(tmp_path, capsys):
+    # normalised, Hopper-v4's four seeds score 0, 1, 2, 99 and Walker2d-v4's 3, 4, 5, 6: pooled and sorted,
+    # 0 1 | 2 3 4 5 | 6 99, so the IQM is the mean of the middle four, 3.5, and the mean 120 / 8
+    scores = {"Hopper-v4": [0, 1, 2, 99], "Walker2d-v4": [3, 4, 5, 6]}
+    finals = [(task, "ppo", seed, k * TIANSHOU[task]) for task, ks in scores.items() for seed, k in enumerate(ks, 1)]
+    finals.append(("InvertedPendulum-v4", "ppo", 1, 1000.0))  # no published figure: left out, with a line
+    path = write_finals(tmp_path / "finals.csv", finals)
+
+    aggregates, pairs, err = compare(path, tmp_path / "out", capsys)
+
+    seeds, iqm, mean = aggregates[("ppo", "final return")]
+    assert seeds == "1-4"
+    assert (iqm[0], mean[0]) == (3.5, 15.0)
+    assert not pairs  # one experiment: nothing to compare it with
+    assert "leaves out InvertedPendulum-v4: no reference figure" in err
+
+
+def test_baseline_normalises_by_that_experiments_mean(tmp_path, capsys):
+    # the baseline's Hopper-v4 mean is 200: its own runs score 0.5 and 1.5, every run of `new` 2.0
+    finals = [(ENV, "base", 1, 100.0), (ENV, "base", 2, 300.0), (ENV, "new", 1, 400.0), (ENV, "new", 2, 400.0)]
+    path = write_finals(tmp_path / "finals.csv", finals)
+
+    aggregates, _, _ = compare(path, tmp_path / "out", capsys, "--baseline", "base")
+
+    assert aggregates[("new", "final return")][1:] == ((2.0, 2.0, 2.0), (2.0, 2.0, 2.0))  # no spread, no interval
+    assert aggregates[("base", "final return")][2][0] == 1.0
+
+
+def test_probability_of_improvement_is_one_when_every_run_is_better(tmp_path, capsys):
+    # on each task, every run of `good` scores above every run of `bad`, so every resample keeps P = 1
+    finals = []
+    for task, figure in TIANSHOU.items():
+        for seed in (1, 2, 3):
+            finals += [
+                (task, "good", seed, (1.0 + seed / 10) * figure),
+                (task, "bad", seed, (0.5 + seed / 10) * figure),
+            ]
+    path = write_finals(tmp_path / "finals.csv", finals)
+
+    _, pairs, _ = compare(path, tmp_path / "out", capsys)
+
+    assert pairs == {("good", "bad", "final return"): (1.0, 1.0, 1.0)}
+    bad = [[0.5 + seed / 10] * 2 for seed in (1, 2, 3)]
+    good = [[1.0 + seed / 10] * 2 for seed in (1, 2, 3)]
+    args = argparse.Namespace(bootstrap_reps=50, bootstrap_seed=0)
+    point, interval = report.bootstrap([np.array(bad), np.array(good)], report.probability_of_improvement, args)
+    assert point[0] == 0.0 and list(interval[:, 0]) == [0.0, 0.0]  # the other way round
+
+
+def test_interval_holds_the_estimate_and_narrows_with_more_runs(tmp_path, capsys):
+    rng = np.random.default_rng(1)
+    finals = []
+    for exp_name, seeds in (("few", 3), ("many", 30)):  # one distribution, two sample sizes
+        for task, figure in TIANSHOU.items():
+            finals += [(task, exp_name, seed, rng.normal(1.0, 0.3) * figure) for seed in range(1, seeds + 1)]
+    path = write_finals(tmp_path / "finals.csv", finals)
+
+    aggregates, _, _ = compare(path, tmp_path / "out", capsys)
+
+    widths = {}
+    for exp_name in ("few", "many"):
+        _, iqm, mean = aggregates[(exp_name, "final return")]
+        for point, low, high in (iqm, mean):
+            assert low < point < high
+        widths[exp_name] = mean[2] - mean[1]
+    assert widths["many"] < widths["few"] / 2  # ~1/sqrt(10) of it in theory
+
+
+def test_the_bootstrap_repeats_for_a_seed(tmp_path, capsys):
+    rng = np.random.default_rng(2)
+    finals = [(task, "ppo", seed, rng.normal(1.0, 0.3) * f) for task, f in TIANSHOU.items() for seed in (1, 2, 3)]
+    path = write_finals(tmp_path / "finals.csv", finals)
+
+    first, second, other = (compare(path, tmp_path / "out", capsys, "--bootstrap-seed", s)[0] for s in "110")
+
+    assert first == second
+    assert first != other  # the seed is what fixes it
+
+
+def test_a_seed_missing_on_one_task_is_left_out_everywhere(tmp_path, capsys):
+    finals = [(task, "ppo", seed, float(TIANSHOU[task])) for task in TIANSHOU for seed in (1, 2)]
+    finals.append(("Hopper-v4", "ppo", 3, 0.0))  # would pull the mean down if it counted
+    path = write_finals(tmp_path / "finals.csv", finals)
+
+    aggregates, _, err = compare(path, tmp_path / "out", capsys)
+
+    seeds, _, mean = aggregates[("ppo", "final return")]
+    assert (seeds, mean[0]) == ("1-2", 1.0)
+    assert "leaves out Hopper-v4 seeds 3" in err
+
+
+def test_the_comparison_from_runs_csv_is_the_one_from_the_event_files(tmp_path, capsys):
+    runs = tmp_path / "runs"
+    for exp_name, offset in (("a", 0.0), ("b", 500.0)):
+        for seed in (1, 2, 3):
+            scalars = {
+                "charts/episodic_return": [(1000, offset + 100.0 * seed)],
+                "eval/episodic_return": [(500, 50.0 * seed), (1000, offset + 200.0 * seed)],
+            }
+            write_run(runs, f"{ENV}__{exp_name}__{seed}__100", scalars)
+    code, from_runs, _ = run_report(runs, tmp_path / "out", capsys, *REPS)
+    assert code == 0
+
+    aggregates, pairs, _ = compare(tmp_path / "out" / "runs.csv", tmp_path / "again", capsys)
+
+    assert (aggregates, pairs) == comparison_tables(from_runs)
+    # the mean eval curves peak at step 1000, so eval at max is each run's eval there: `b` ahead on every run
+    assert aggregates[("b", "eval at max")][0] == "1-3"
+    assert pairs[("b", "a", "eval at max")] == (1.0, 1.0, 1.0)

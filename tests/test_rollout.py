@@ -13,15 +13,14 @@ NUM_ENVS, NUM_STEPS = 8, 300
 
 def collect_once(cli_args):
     args, _ = ppo.parse_args(cli_args)
-    envs, handle, xla_step = ppo.make_envs(args)
-    first_obs, _ = envs.reset()
-    env_state = ppo.init_env_state(handle, first_obs, args.norm_obs)
-    network = ppo.ActorCritic(envs.action_space.shape[0], tuple(args.hidden_sizes), args.init_log_std)
-    params = network.init(jax.random.PRNGKey(0), env_state.obs)
-    collect = ppo.make_collect_fn(args, envs, xla_step, network.apply)
+    envs, handle, xla_step = ppo.make_envs(args.env_id, args.num_envs, args.num_threads, args.seed)
+    programs = ppo.make_programs(args, envs, xla_step)
+    env_state, train_state = programs.init_states(handle, envs.reset()[0], {})
     # Waited for: EnvPool must outlive the rollout, and JAX returns before the computation is done.
-    env_state, _transitions, batch, stats = jax.block_until_ready(collect(params, env_state, jax.random.PRNGKey(1)))
-    return args, envs, params, env_state, batch, stats
+    env_state, _transitions, batch, stats = jax.block_until_ready(
+        programs.collect(train_state.params, env_state, jax.random.PRNGKey(1))
+    )
+    return args, envs, train_state.params, env_state, batch, stats
 
 
 def small_args(*extra, env_id="Hopper-v4"):

@@ -5,7 +5,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import ppo_continuous_envpool_jax as ppo
-from tests.test_advantages import numpy_gae, random_rollout, rollout_transitions
+from tests.support import numpy_gae, random_rollout, rollout_transitions
 
 PRIOR = 1e-4  # gymnasium's prior count: mean 0, variance 1 with this weight
 

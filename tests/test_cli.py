@@ -1,0 +1,93 @@
+"""The command line: bad input is one line and a non-zero exit, the ranges of the flags, the quick EnvPool import."""
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import ppo_continuous_envpool_jax as ppo
+from tests.support import SCRIPT, run_script
+
+
+def test_the_quick_envpool_import_registers_every_mujoco_task():
+    """The script skips EnvPool's import of every family; its MuJoCo registry must still be complete."""
+
+    def run(code):
+        return subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=SCRIPT.parent
+        ).stdout.strip()
+
+    report = "print(ppo.mujoco_env_ids(), 'envpool.jumanji' in sys.modules, 'matplotlib' in sys.modules)"
+    # Importing envpool first makes EnvPool register everything, as it does on its own.
+    full = run(f"import sys, envpool, ppo_continuous_envpool_jax as ppo; {report}")
+    quick = run(f"import sys, ppo_continuous_envpool_jax as ppo; {report}")
+    assert full.endswith("True True") and "'HalfCheetah-v4'" in full
+    assert quick == full.replace("True True", "False False")
+
+
+@pytest.mark.parametrize(
+    "cli_args, message",
+    [
+        (["--env-id", "HalfCheeta-v4"], "unknown --env-id 'HalfCheeta-v4'; did you mean HalfCheetah-v4"),
+        (["--env-id", "CartPole-v1"], "--env-id CartPole-v1 has discrete actions"),
+        (["--env-id", "Pendulum-v1"], "--env-id Pendulum-v1 is not an EnvPool MuJoCo task"),
+        (["--num-minibatches", "3"], "--num-minibatches 3 does not divide the batch"),
+        (["--num-envs", "0"], "--num-envs must be positive, got 0"),
+        (["--num-steps", "-1"], "--num-steps must be positive, got -1"),
+        (["--total-timesteps", "0"], "--total-timesteps must be positive, got 0"),
+        (["--total-timesteps", "100"], "--total-timesteps 100 is less than one batch (2048 steps)"),
+        (["--learning-rate", "nan"], "--learning-rate must be finite and positive, got nan"),
+    ],
+)
+def test_bad_input_is_one_line_on_stderr_and_a_nonzero_exit(tmp_path, cli_args, message):
+    result = run_script(*cli_args, cwd=tmp_path)
+    assert result.returncode != 0
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith("error: ") and message in line
+    assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize(
+    "flag, value, requirement",
+    [
+        ("--gamma", "1.5", "in (0, 1]"),
+        ("--gamma", "0", "in (0, 1]"),
+        ("--gae-lambda", "-0.1", "in [0, 1]"),
+        ("--gae-lambda", "1.01", "in [0, 1]"),
+        ("--clip-coef", "-1", "positive"),
+        ("--clip-coef", "0", "positive"),
+        ("--max-grad-norm", "0", "positive"),
+        ("--learning-rate", "inf", "finite and positive"),
+        ("--learning-rate", "-3e-4", "finite and positive"),
+        ("--ent-coef", "-0.01", "finite and non-negative"),
+        ("--ent-coef", "nan", "finite and non-negative"),
+        ("--vf-coef", "inf", "finite and non-negative"),
+        ("--vf-coef", "-1", "finite and non-negative"),
+        ("--target-kl", "0", "positive where given"),
+        ("--target-kl", "nan", "positive where given"),
+        ("--adam-eps", "0", "finite and positive"),
+        ("--init-log-std", "-inf", "finite"),
+        ("--eval-every", "-1", "0 (off) or positive"),
+        ("--eval-episodes", "0", "positive"),
+        ("--num-threads", "-1", "0 (automatic) or positive"),
+    ],
+)
+def test_out_of_range_hyperparameters_are_refused_with_the_allowed_range(flag, value, requirement):
+    with pytest.raises(SystemExit) as exit_info:
+        ppo.parse_args([flag, value])
+    prefix = f"error: {flag} must be {requirement}, got "
+    assert exit_info.value.code.startswith(prefix)
+    np.testing.assert_equal(float(exit_info.value.code[len(prefix) :]), float(value))  # NaN equals NaN here
+
+
+@pytest.mark.parametrize(
+    "cli_args",
+    [
+        ["--gamma", "1", "--gae-lambda", "0"],
+        ["--gae-lambda", "1", "--ent-coef", "0", "--vf-coef", "0", "--eval-every", "0"],
+        ["--init-log-std", "-3", "--target-kl", "0.01", "--num-threads", "0"],
+    ],
+)
+def test_the_edges_of_each_range_are_accepted(cli_args):
+    ppo.parse_args(cli_args)

@@ -1,0 +1,126 @@
+"""Evaluation: the compiled loop against EnvPool's NumPy API, its schedule during training, --evaluate, video."""
+
+import re
+from dataclasses import replace
+
+import envpool
+import imageio.v2 as imageio
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import ppo_continuous_envpool_jax as ppo
+from tests.support import MODEL_NAME, SMALL, run_script, scalars, train_recorded
+
+
+def saved_policy(run_dir, **overrides):
+    checkpoint = ppo.load_checkpoint(str(run_dir / MODEL_NAME))
+    params, obs_rms = checkpoint["train_state"]["params"], ppo.RunningMeanStd(**checkpoint["obs_rms"])
+    return replace(checkpoint["args"], **overrides), params, obs_rms
+
+
+def numpy_evaluation(args, params, obs_rms):
+    """The evaluation as it was before it was compiled: EnvPool's NumPy API, one jitted mean action a step."""
+    envs = envpool.make(args.env_id, env_type="gymnasium", num_envs=args.eval_episodes, seed=args.seed)
+    network = ppo.make_network(args, envs.action_space)
+    low, high = envs.action_space.low.astype(np.float32), envs.action_space.high.astype(np.float32)
+
+    @jax.jit
+    def policy(obs):
+        mean = network.apply(params, ppo.standardize(obs_rms, obs.astype(jnp.float32)))[0]
+        return ppo.to_env_action(mean, low, high, args.clip_action)
+
+    obs, _ = envs.reset()
+    returns, lengths = np.zeros(args.eval_episodes), np.zeros(args.eval_episodes, int)
+    done = np.zeros(args.eval_episodes, bool)
+    while not done.all():
+        obs, reward, terminated, truncated, _ = envs.step(np.asarray(policy(obs), np.float64))
+        returns += np.where(done, 0.0, reward)
+        lengths += ~done
+        done |= terminated | truncated
+    return returns, lengths
+
+
+def test_the_compiled_evaluation_plays_the_episodes_of_the_numpy_loop(saved_run):
+    run_dir, _ = saved_run
+    args, params, obs_rms = saved_policy(run_dir, eval_episodes=6)
+    evaluation = ppo.evaluate(args, params, obs_rms)
+    returns, lengths = numpy_evaluation(args, params, obs_rms)
+    np.testing.assert_array_equal(evaluation.lengths, lengths)
+    # The same episodes; the mean action, computed in another compiled program, can differ in its last bits.
+    np.testing.assert_allclose(evaluation.returns, returns, rtol=1e-6)
+    assert len(set(lengths)) > 1  # Hopper falls: the episodes end at different steps
+
+
+def test_every_evaluation_starts_from_the_same_states_and_the_seed_chooses_them(saved_run):
+    run_dir, _ = saved_run
+    args, params, obs_rms = saved_policy(run_dir, eval_episodes=4)
+    first, second = ppo.evaluate(args, params, obs_rms), ppo.evaluate(args, params, obs_rms)
+    np.testing.assert_array_equal(first.returns, second.returns)
+    other_seed = ppo.evaluate(replace(args, seed=args.seed + 100), params, obs_rms)
+    assert not np.array_equal(first.returns, other_seed.returns)
+
+
+def test_the_first_episodes_actions_replay_it_exactly_on_one_environment(saved_run):
+    """What the video relies on: the recorded actions, sent on a single environment of the same seed,
+    give the evaluated first episode, to its last step."""
+    run_dir, _ = saved_run
+    args, params, obs_rms = saved_policy(run_dir, eval_episodes=3)
+    evaluation = ppo.evaluate(args, params, obs_rms)
+    replay = envpool.make(args.env_id, env_type="gymnasium", num_envs=1, seed=args.seed)
+    replay.reset()
+    episode_return, ends = 0.0, []
+    for action in evaluation.first_actions[: evaluation.lengths[0]]:
+        _, reward, terminated, truncated, _ = replay.step(np.asarray(action[None], np.float64))
+        episode_return += float(reward[0])
+        ends.append(bool(terminated[0] or truncated[0]))
+    assert ends[-1] and not any(ends[:-1])
+    assert episode_return == pytest.approx(evaluation.returns[0], rel=1e-12)
+
+
+def test_eval_every_logs_at_each_multiple_crossed_and_at_the_end_and_leaves_training_unchanged():
+    """Evaluation runs on environments of its own: the training figures of the seed are those of a run
+    without it, and the last evaluation is of the final policy."""
+    cli_args = ["--env-id", "Hopper-v4", "--total-timesteps", "4096", "--seed", "5", "--eval-episodes", "3", *SMALL]
+    _, plain = train_recorded(ppo.parse_args(cli_args)[0])
+    args, _ = ppo.parse_args([*cli_args, "--eval-every", "1500"])
+    result, evaluated = train_recorded(args)
+
+    eval_log = evaluated.pop("eval/episodic_return")
+    # 512 steps an iteration: 1500 is crossed at 1536, 3000 at 3072; 4096 is the last iteration.
+    assert [step for step, _ in eval_log] == [1536, 3072, 4096]
+    del plain["charts/SPS"], evaluated["charts/SPS"]
+    assert evaluated == plain
+    evaluation = ppo.evaluate(args, result.train_state.params, result.env_state.obs_rms)
+    assert eval_log[-1][1] == pytest.approx(evaluation.returns.mean(), rel=1e-6)
+    assert len({value for _, value in eval_log}) == 3  # three different policies
+
+
+def test_evaluate_from_the_file_matches_the_in_memory_evaluation_logged_at_the_end(saved_run, tmp_path):
+    run_dir, _ = saved_run
+    ((step, logged),) = scalars(run_dir, "eval/episodic_return")
+    assert step == 4096
+    result = run_script("--evaluate", str(run_dir / MODEL_NAME), "--eval-episodes", "4", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    mean, std, episodes = re.search(r"eval/episodic_return (\S+) \+- (\S+) over (\d+) episodes", result.stdout).groups()
+    assert int(episodes) == 4 and float(std) >= 0
+    assert float(mean) == pytest.approx(logged, abs=0.051)  # printed with one decimal
+
+
+# Reading the MP4 starts ffmpeg by fork and exec, which JAX (imported here) warns about; nothing runs in between.
+@pytest.mark.filterwarnings("ignore:os.fork:RuntimeWarning")
+def test_capture_video_records_the_evaluation_episode(saved_run, tmp_path):
+    run_dir, _ = saved_run
+    result = run_script("--evaluate", str(run_dir), "--eval-episodes", "1", "--capture-video", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    video = tmp_path / "videos" / run_dir.name / "eval.mp4"
+    assert f"video saved to videos/{run_dir.name}/eval.mp4" in result.stdout
+    reader = imageio.get_reader(video)
+    frames = [frame for frame in reader]
+    reader.close()
+    # The episode's length comes from a second evaluation without rendering: one frame a step, plus the first.
+    lengths = ppo.evaluate(*saved_policy(run_dir, eval_episodes=1)).lengths
+    assert len(frames) == lengths[0] + 1
+    assert frames[0].shape == (ppo.VIDEO_SIZE[1], ppo.VIDEO_SIZE[0], 3)
+    assert np.std(frames[0]) > 10  # a rendered scene, not a blank frame
