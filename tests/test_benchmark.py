@@ -335,6 +335,102 @@ def test_failing_run_is_named_and_fails_the_sweep(tmp_path, env_id, extra, reaso
 
 
 # ---------------------------------------------------------------------------------------------------
+# The training script's side of the contract, and a real sweep killed and continued
+# ---------------------------------------------------------------------------------------------------
+
+PROGRESS = re.compile(r"iteration=(\d+)/(\d+) global_step=(\d+) return=(-|-?\d+(?:\.\d+)?) SPS=\d+(?: eval=\S+)?")
+
+
+def logged_run_dirs(log: Path) -> list[str]:
+    return re.findall(r"^run_dir=(.*)$", log.read_text(), re.MULTILINE)
+
+
+def test_training_script_keeps_the_contract(sweep):
+    """The lines benchmark.sh reads (its "training script's side" comment), as the real script prints them."""
+    workdir, result = sweep
+    for (env_id, seed), row in summary_rows(result.stdout).items():
+        lines = Path(row["log"]).read_text().splitlines()
+        (run_dir,) = logged_run_dirs(Path(row["log"]))
+        assert (workdir / run_dir).is_dir() and Path(run_dir).name.startswith(
+            f"{env_id}__ppo_continuous_envpool_jax__{seed}__"
+        )
+        progress = [line for line in lines if line.startswith("iteration=")]
+        assert lines.index(f"run_dir={run_dir}") < lines.index(progress[0])
+        assert all(PROGRESS.fullmatch(line) for line in progress), progress
+        *_, (iteration, num_iterations, global_step, _) = (PROGRESS.fullmatch(line).groups() for line in progress)
+        assert (iteration, num_iterations, global_step) == ("8", "8", "4096")
+        assert not list((workdir / run_dir).glob("*.model"))  # removed at a normal end (no --save-model)
+
+
+def wait_for(condition, timeout: float, what: str):
+    """Polls `condition` every 10 ms until it is true (and returns it), for at most `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while not (value := condition()):
+        assert time.monotonic() < deadline, f"no {what} within {timeout} s"
+        time.sleep(0.01)
+    return value
+
+
+def only(paths):
+    """The one path of `paths` (fails if there are none or several)."""
+    (path,) = paths
+    return path
+
+
+def file_states(run_dir: Path) -> dict[str, tuple[int, int]]:
+    return {path.name: (path.stat().st_size, path.stat().st_mtime_ns) for path in run_dir.iterdir()}
+
+
+def test_real_sweep_killed_with_sigkill_continues_where_it_stopped(tmp_path):
+    """Three tiny Hopper-v4 runs, one at a time, checkpointed after every iteration. The whole sweep
+    (benchmark.sh and each run's process group) is killed once seed 1 has finished and seed 2 has a
+    checkpoint; --continue then skips seed 1, resumes seed 2 in its own run directory, starts seed 3."""
+    process = start_process(
+        BENCHMARK, "--workdir", tmp_path, "--env-ids", "Hopper-v4", "--seeds", 3, "--workers", 1,
+        "--", "--total-timesteps", 4096, "--num-envs", 8, "--num-steps", 64, "--num-minibatches", 4,
+        "--update-epochs", 2, "--checkpoint-every-seconds", 1e-9,
+    )  # fmt: skip
+    sweep_dir = wait_for(lambda: next((tmp_path / "runs" / "logs").glob("*"), None), 60, "sweep directory")
+    log2 = sweep_dir / "Hopper-v4__2.log"
+
+    def checkpoint_of_seed_2():
+        return log2.exists() and logged_run_dirs(log2) and list((tmp_path / logged_run_dirs(log2)[0]).glob("*.model"))
+
+    def seed_2_checkpointed_or_ended():
+        return checkpoint_of_seed_2() or (sweep_dir / "Hopper-v4__2.status").exists() or process.poll() is not None
+
+    try:
+        wait_for(seed_2_checkpointed_or_ended, 300, "checkpoint of seed 2")
+    finally:
+        kill_sweep(process, sweep_dir)
+    process.communicate(timeout=60)
+    assert (sweep_dir / "Hopper-v4__1.status").read_text().startswith("ok 0 ")
+    assert not (sweep_dir / "Hopper-v4__2.status").exists(), "seed 2 ended before it was killed"
+    assert not (sweep_dir / "Hopper-v4__3.log").exists()
+    (run_dir_1,) = (tmp_path / "runs").glob("Hopper-v4__*__1__*")
+    before = file_states(run_dir_1)
+
+    result = benchmark("--continue", sweep_dir, timeout=300)
+    assert result.returncode == 0, result.stdout + result.stderr
+    rows = summary_rows(result.stdout)
+    assert {seed: (row["status"], row["action"]) for (_, seed), row in rows.items()} == {
+        1: ("ok", "skipped"), 2: ("ok", "resumed"), 3: ("ok", "started"),
+    }  # fmt: skip
+    # seed 1 was not repeated: its run directory untouched, no second one
+    assert file_states(run_dir_1) == before and len(list((tmp_path / "runs").glob("Hopper-v4__*__1__*"))) == 1
+    # seed 2 went on in its own run directory, seed 3 started once; both reached the full step count
+    run_dirs = {seed: only(tmp_path.glob(f"runs/Hopper-v4__*__{seed}__*")) for seed in (2, 3)}
+    first, again = log_attempts(sweep_dir / "Hopper-v4__2.log")
+    assert again == f"{first} --resume runs/{run_dirs[2].name}"
+    assert logged_run_dirs(sweep_dir / "Hopper-v4__2.log") == [f"runs/{run_dirs[2].name}"] * 2
+    assert len(log_attempts(sweep_dir / "Hopper-v4__3.log")) == 1
+    for seed, run_dir in run_dirs.items():
+        assert "iteration=8/8 global_step=4096" in (sweep_dir / f"Hopper-v4__{seed}.log").read_text()
+        assert max(event.step for event in read_events(run_dir)) == 4096
+        assert not list(run_dir.glob("*.model"))
+
+
+# ---------------------------------------------------------------------------------------------------
 # Orchestration, with a stub in place of Python
 # ---------------------------------------------------------------------------------------------------
 
