@@ -139,6 +139,7 @@ is_uint() { [[ "$1" =~ ^(0|[1-9][0-9]*)$ ]]; }
 # quote_words ARGS...: the arguments as shell words (nothing at all for no arguments)
 quote_words() { (($#)) && printf '%q ' "$@"; return 0; }
 
+# parse_options ARGS...: sets the variables above from the options, and `given` to the options seen.
 parse_options() {
     local opt value has_inline_value
     given=()
@@ -312,6 +313,7 @@ if [[ -n "$continue_dir" ]]; then
     continue_dir=$(cd "$continue_dir" && pwd)
 fi
 [[ -z "$task" || -n "$continue_dir" ]] || die "--task only applies with --continue"
+[[ -z "$task" ]] || ((!dry_run)) || die "--dry-run does not apply with --task (without --task it shows what --continue would do)"
 
 # --- validation -------------------------------------------------------------------------------------
 
@@ -421,7 +423,7 @@ plan_run() {
     fi
 }
 
-signalled=0
+signalled=0  # set by run_task's trap
 
 # run_task INDEX: skips, resumes or starts the run in the foreground, appending to its log, and exits
 # with its exit status.
@@ -436,7 +438,7 @@ run_task() {
     # earlier attempt is left, even one whose sweep was killed with SIGKILL: never two at once.
     exec 9>>"$lock"
     if ! flock -n 9; then
-        echo "[$(date +%H:%M:%S)] wait   $name: an earlier attempt (pid $(cat "$lock")) is still running"
+        echo "[$(date +%H:%M:%S)] wait   $name: an earlier attempt (task pid $(cat "$lock")) is still running"
         flock 9
     fi
     echo "$$" >"$lock"

@@ -646,9 +646,12 @@ def test_continue_takes_the_sweep_from_its_directory(tmp_path, stub):
         (["--continue", sweep_dir, "--workdir", tmp_path], "--workdir cannot be given with --continue"),
         (["--continue", sweep_dir, "--", "--total-timesteps", 5], "-- cannot be given with --continue"),
         (["--continue", sweep_dir, "--task", 1], "--task must be a run index 0..0"),
+        (["--continue", sweep_dir, "--task", 0, "--dry-run"], "--dry-run does not apply with --task"),
     ]:
         result = benchmark(*args)
         assert result.returncode == 2 and result.stderr.count("\n") == 1 and message in result.stderr, args
+    planned = benchmark("--continue", sweep_dir, "--dry-run")
+    assert planned.returncode == 0 and "# Good-v0__1: finished, skipped" in planned.stdout
     again = benchmark("--continue", sweep_dir, "--workers", 1, "--no-pin")
     assert again.returncode == 0 and summary_rows(again.stdout)[("Good-v0", 1)]["action"] == "skipped"
 
