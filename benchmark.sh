@@ -14,9 +14,15 @@ Usage: ./$PROG [options] [-- training-script flags...]
 
 Runs ppo_continuous_envpool_jax.py once per (env id, seed). Each run logs TensorBoard events to
 runs/{env_id}__{exp_name}__{seed}__{time}/ as usual; its stdout/stderr goes to
-runs/logs/<sweep>/<env_id>__<seed>.log. At the end a summary (env, seed, status, duration, last
-return) is printed; the exit status is non-zero if any run failed or was interrupted (1; 130 after
-Ctrl-C, which stops the running runs; 2 for a bad option).
+runs/logs/<sweep>/<env_id>__<seed>.log. At the end a summary (env, seed, status, what this call did
+with the run, duration, last return) is printed; the exit status is non-zero if any run failed or was
+interrupted (1; 130 after Ctrl-C, which stops the running runs, each keeping a checkpoint; 2 for a
+bad option).
+
+A sweep that stopped (Ctrl-C, a killed process, a lost machine, a Slurm job past its time) is picked
+up with --continue: runs that succeeded are skipped, runs with a checkpoint are resumed in their own
+run directory, the rest (failed ones included) are started; the summary's action column says which
+(skipped, resumed, started). Running the same command again starts a new sweep instead.
 
 Sweep:
   --env-ids "A B ..."   env ids, separated by spaces or commas
@@ -24,7 +30,7 @@ Sweep:
   --seeds N             number of seeds per env id (default: 3)
   --first-seed S        seeds are S, S+1, ..., S+N-1 (default: 1)
   -- FLAGS...           everything after -- is passed to every run, e.g. -- --total-timesteps 4096
-                        (--env-id, --seed and --num-threads are set by this script)
+                        (--env-id, --seed, --num-threads and --resume are set by this script)
 
 Resources (local runs):
   --workers N           runs at the same time (default: 1)
@@ -34,12 +40,24 @@ Resources (local runs):
 
 Slurm:
   --slurm               submit the sweep as a Slurm job array (one task per env id x seed, each with
-                        --cpus-per-task C, C = --cores-per-run, default 1) instead of running locally
+                        --cpus-per-task C, C = --cores-per-run, default 1) instead of running locally;
+                        a task that Slurm requeues (preemption, node failure: the script asks for
+                        --requeue) resumes its run from its checkpoint, as --continue does
   --wait                with --slurm: wait for the job to finish (polling squeue), then print the
                         summary; Ctrl-C stops the waiting only, the job keeps running
   --workers N           with --slurm: at most N array tasks run at once (sbatch --array=...%N)
   --job-name NAME       Slurm job name (default: ppo-sweep)
   --sbatch-args "ARGS"  extra sbatch options, e.g. "--partition=cpu --time=02:00:00 --mem=8G"
+
+Continue:
+  --continue DIR        pick up the sweep whose log directory is DIR (runs/logs/<sweep>): its env ids,
+                        seeds, flags after --, --python, --workers, ... are read from DIR/sweep.args;
+                        only --workers, --cores-per-run, --no-pin, --python, --wait, --job-name,
+                        --sbatch-args and --dry-run may be given again (they override the saved ones).
+                        A run whose process from an earlier call is still alive is waited for, never
+                        run twice at once. A --slurm sweep is submitted again.
+  --task I              with --continue: skip, resume or start only run I (the index in DIR/runs.tsv),
+                        here and now (each local worker and each Slurm array task runs this)
 
 Other:
   --python "CMD"        how to start Python (split on spaces). Default: "uv run --frozen --project
@@ -58,6 +76,9 @@ Examples:
   # the same sweep as a Slurm job array, 4 CPUs per task; wait for it and summarise
   ./$PROG --slurm --wait --cores-per-run 4 --env-ids "HalfCheetah-v4 Hopper-v4" --seeds 3 \\
       --sbatch-args "--time=01:00:00" -- --total-timesteps 1000000
+
+  # after a Ctrl-C, a killed terminal or a lost node: finish that sweep
+  ./$PROG --continue runs/logs/20261201-101500
 
   # then tables and learning curves
   uv run python report.py runs --out-dir docs
@@ -108,59 +129,102 @@ python_cmd=""
 workdir="."
 dry_run=0
 summary_dir=""
+continue_dir=""
+task=""
 extra=()
+declare -A given=()  # the options of the last parse_options call: --continue allows only some of them
 
 is_uint() { [[ "$1" =~ ^(0|[1-9][0-9]*)$ ]]; }
 
 # quote_words ARGS...: the arguments as shell words (nothing at all for no arguments)
 quote_words() { (($#)) && printf '%q ' "$@"; return 0; }
 
-while (($#)); do
-    opt=$1
-    value=""
-    has_inline_value=0
-    if [[ "$opt" == --*=* ]]; then
-        value=${opt#*=} opt=${opt%%=*} has_inline_value=1
-    fi
-    case "$opt" in
-        --env-ids | --seeds | --first-seed | --workers | --cores-per-run | --job-name | --sbatch-args | --python | --workdir | --summary)
-            if ((!has_inline_value)); then
-                (($# >= 2)) || die "$opt needs a value (see --help)"
-                value=$2
-                shift
-            fi
-            ;;
-        -h | --help | --no-pin | --slurm | --wait | --dry-run)
-            ((!has_inline_value)) || die "$opt takes no value"
-            ;;
-    esac
-    case "$opt" in
-        -h | --help) usage; exit 0 ;;
-        --env-ids) env_ids_arg=$value ;;
-        --seeds) num_seeds=$value ;;
-        --first-seed) first_seed=$value ;;
-        --workers) workers=$value ;;
-        --cores-per-run) cores_per_run=$value ;;
-        --no-pin) pin=0 ;;
-        --slurm) slurm=1 ;;
-        --wait) wait_slurm=1 ;;
-        --job-name) job_name=$value ;;
-        --sbatch-args) sbatch_args=$value ;;
-        --python) python_cmd=$value ;;
-        --workdir) workdir=$value ;;
-        --dry-run) dry_run=1 ;;
-        --summary) summary_dir=$value ;;
-        --) shift; extra=("$@"); break ;;
-        *) die "unknown option '$1' (flags for the training script go after --; see --help)" ;;
-    esac
-    shift
-done
+# parse_options ARGS...: sets the variables above from the options, and `given` to the options seen.
+parse_options() {
+    local opt value has_inline_value
+    given=()
+    while (($#)); do
+        opt=$1
+        value=""
+        has_inline_value=0
+        if [[ "$opt" == --*=* ]]; then
+            value=${opt#*=} opt=${opt%%=*} has_inline_value=1
+        fi
+        case "$opt" in
+            --env-ids | --seeds | --first-seed | --workers | --cores-per-run | --job-name | --sbatch-args | --python | --workdir | --summary | --continue | --task)
+                if ((!has_inline_value)); then
+                    (($# >= 2)) || die "$opt needs a value (see --help)"
+                    value=$2
+                    shift
+                fi
+                ;;
+            -h | --help | --no-pin | --slurm | --wait | --dry-run)
+                ((!has_inline_value)) || die "$opt takes no value"
+                ;;
+        esac
+        given[$opt]=1
+        case "$opt" in
+            -h | --help) usage; exit 0 ;;
+            --env-ids) env_ids_arg=$value ;;
+            --seeds) num_seeds=$value ;;
+            --first-seed) first_seed=$value ;;
+            --workers) workers=$value ;;
+            --cores-per-run) cores_per_run=$value ;;
+            --no-pin) pin=0 ;;
+            --slurm) slurm=1 ;;
+            --wait) wait_slurm=1 ;;
+            --job-name) job_name=$value ;;
+            --sbatch-args) sbatch_args=$value ;;
+            --python) python_cmd=$value ;;
+            --workdir) workdir=$value ;;
+            --dry-run) dry_run=1 ;;
+            --summary) summary_dir=$value ;;
+            --continue) continue_dir=$value ;;
+            --task) task=$value ;;
+            --) shift; extra=("$@"); break ;;
+            *) die "unknown option '$1' (flags for the training script go after --; see --help)" ;;
+        esac
+        shift
+    done
+}
+
+parse_options "$@"
+
+# --- the training script's side: the one place that says what this file relies on ------------------
+#
+# `python ppo_continuous_envpool_jax.py --env-id E --seed S --num-threads C FLAGS... [--resume RUN_DIR]`
+#   - prints as its first stdout line `run_dir=RUN_DIR`, the run directory it logs to, relative to its
+#     working directory (the sweep's --workdir): logged_run_dir finds the run again after a stop;
+#   - prints progress lines `iteration=I/N global_step=S return=R SPS=X [eval=E]` (R is - before the
+#     first episode ends): the summary shows the last R (last_return);
+#   - keeps a resumable checkpoint RUN_DIR/<exp_name>.model while it runs and after SIGINT/SIGTERM; at
+#     a normal end it is removed (unless --save-model: then it is the final model);
+#   - with --resume RUN_DIR continues that run in RUN_DIR (a directory without a .model is an error, so
+#     plan_run passes --resume only when there is one);
+#   - exits 0 when done, 128+signal after SIGINT/SIGTERM (the checkpoint kept), 1 on errors.
+# tests/test_benchmark.py checks these lines against the real script.
+
+# The run directory a run's log names (its last "run_dir=" line), or nothing.
+logged_run_dir() {
+    [[ -f "$1" ]] || return 0
+    sed -n 's/^run_dir=//p' "$1" | tail -n 1
+}
+
+# Last "return=X" (X != "-") printed by the training script, or "-".
+last_return() {
+    [[ -f "$1" ]] || { echo "-"; return; }
+    awk '{ for (i = 1; i <= NF; i++) if ($i ~ /^return=/ && $i != "return=-") last = substr($i, 8) }
+         END { print (last == "" ? "-" : last) }' "$1"
+}
 
 # --- summary (shared by local runs, Slurm --wait and --summary) -------------------------------------
 
-# A sweep's log directory holds runs.tsv (index, env id, seed), and per run <env>__<seed>.log and,
-# once the run has ended, <env>__<seed>.status: "STATE RC START END" (STATE: ok, failed, interrupted;
-# START/END: unix seconds).
+# A sweep's log directory holds sweep.args (the options that define it, one per line, read back by
+# --continue), runs.tsv (index, env id, seed), and per run <env>__<seed>.log (the output of every
+# attempt, each after its "+ command" line), <env>__<seed>.lock (held while an attempt runs; it names
+# the attempt's pid) and, once the latest attempt has ended, <env>__<seed>.status:
+# "STATE RC START END ACTION" (STATE: ok, failed, interrupted; START/END: unix seconds of that attempt;
+# ACTION: what the latest call did with the run: started, resumed, skipped).
 
 format_duration() {
     local s=$1
@@ -171,13 +235,6 @@ format_duration() {
     else
         printf '%ds' "$s"
     fi
-}
-
-# Last "return=X" (X != "-") printed by the training script, or "-".
-last_return() {
-    [[ -f "$1" ]] || { echo "-"; return; }
-    awk '{ for (i = 1; i <= NF; i++) if ($i ~ /^return=/ && $i != "return=-") last = substr($i, 8) }
-         END { print (last == "" ? "-" : last) }' "$1"
 }
 
 # The most telling line of a failed run's log: the last line that mentions an error, else the last one.
@@ -192,23 +249,23 @@ failure_reason() {
 # print_summary DIR: prints the table and the runs that did not succeed; returns 0 if all are "ok".
 print_summary() {
     local dir=$1
-    local index env_id seed name log state rc start end duration ret detail
+    local index env_id seed name log state rc start end action duration ret detail
     local n_total=0 n_ok=0 bad=()
-    local row='%-24s %5s  %-14s %9s  %10s  %s\n'
+    local row='%-24s %5s  %-14s %-8s %9s  %10s  %s\n'
     echo
     echo "Summary of $dir"
     # shellcheck disable=SC2059
-    printf "$row" "env" "seed" "status" "duration" "return" "log"
+    printf "$row" "env" "seed" "status" "action" "duration" "return" "log"
     while IFS=$'\t' read -r index env_id seed; do
         [[ "$index" == "index" ]] && continue
         name="${env_id}__${seed}"
         log="$dir/$name.log"
-        state="" rc="" start="" end="" duration="-" detail=""
+        state="" rc="" start="" end="" action="" duration="-" detail=""
         if [[ -f "$dir/$name.status" ]]; then
-            read -r state rc start end <"$dir/$name.status" || true
+            read -r state rc start end action <"$dir/$name.status" || true
             duration=$(format_duration $((end - start)))
         elif [[ -f "$log" ]]; then
-            state="unfinished"  # still running, or killed without a status (e.g. by Slurm)
+            state="unfinished"  # still running, or killed without a status (e.g. by Slurm or SIGKILL)
         else
             state="not-started"
         fi
@@ -222,12 +279,13 @@ print_summary() {
         ret=$(last_return "$log")
         n_total=$((n_total + 1))
         # shellcheck disable=SC2059
-        printf "$row" "$env_id" "$seed" "$state" "$duration" "$ret" "$log"
+        printf "$row" "$env_id" "$seed" "$state" "${action:--}" "$duration" "$ret" "$log"
     done <"$dir/runs.tsv"
     echo "$n_ok/$n_total runs succeeded."
     if ((${#bad[@]})); then
         echo "Runs that did not succeed:"
         printf '  %s\n' "${bad[@]}"
+        echo "Continue the sweep with: ./$PROG --continue $dir"
         return 1
     fi
     return 0
@@ -237,6 +295,25 @@ if [[ -n "$summary_dir" ]]; then
     [[ -f "$summary_dir/runs.tsv" ]] || die "--summary: no runs.tsv in '$summary_dir' (expected a runs/logs/<sweep> directory)"
     print_summary "$summary_dir" && exit 0 || exit 1
 fi
+
+# --- continuing a sweep -----------------------------------------------------------------------------
+
+# The sweep's own options come first, then the few of this command line that may override them.
+if [[ -n "$continue_dir" ]]; then
+    for opt in "${!given[@]}"; do
+        case "$opt" in
+            --continue | --task | --workers | --cores-per-run | --no-pin | --python | --wait | --job-name | --sbatch-args | --dry-run) ;;
+            *) die "$opt cannot be given with --continue: the sweep's settings are read from its sweep.args" ;;
+        esac
+    done
+    [[ -f "$continue_dir/sweep.args" ]] || die "--continue: no sweep.args in '$continue_dir' (expected a runs/logs/<sweep> directory)"
+    mapfile -t saved_args <"$continue_dir/sweep.args"
+    parse_options "${saved_args[@]}"
+    parse_options "$@"
+    continue_dir=$(cd "$continue_dir" && pwd)
+fi
+[[ -z "$task" || -n "$continue_dir" ]] || die "--task only applies with --continue"
+[[ -z "$task" ]] || ((!dry_run)) || die "--dry-run does not apply with --task (without --task it shows what --continue would do)"
 
 # --- validation -------------------------------------------------------------------------------------
 
@@ -260,8 +337,8 @@ is_uint "$first_seed" || die "--first-seed must be a non-negative integer, got '
 [[ -f "$SCRIPT" ]] || die "training script not found: $SCRIPT"
 for arg in "${extra[@]+"${extra[@]}"}"; do
     case "$arg" in
-        --env-id | --env-id=* | --env_id | --env_id=* | --seed | --seed=* | --num-threads | --num-threads=* | --num_threads | --num_threads=*)
-            die "do not pass ${arg%%=*} after --: the sweep sets it (use --env-ids, --seeds, --cores-per-run)" ;;
+        --env-id | --env-id=* | --env_id | --env_id=* | --seed | --seed=* | --num-threads | --num-threads=* | --num_threads | --num_threads=* | --resume | --resume=*)
+            die "do not pass ${arg%%=*} after --: the sweep sets it (use --env-ids, --seeds, --cores-per-run, --continue)" ;;
     esac
 done
 
@@ -279,6 +356,16 @@ command -v "${python[0]}" >/dev/null || die "--python: '${python[0]}' not found"
 
 workdir=$(cd "$workdir" && pwd)
 
+# What defines the sweep, as given, for sweep.args (resources the machine decides are left out).
+sweep_args=(--workdir "$workdir" --env-ids "${env_ids[*]}" --seeds "$num_seeds" --first-seed "$first_seed")
+if [[ -n "$workers" ]]; then sweep_args+=(--workers "$workers"); fi
+if [[ -n "$cores_per_run" ]]; then sweep_args+=(--cores-per-run "$cores_per_run"); fi
+if ((!pin)); then sweep_args+=(--no-pin); fi
+if [[ -n "$python_cmd" ]]; then sweep_args+=(--python "$python_cmd"); fi
+if ((slurm)); then sweep_args+=(--slurm --job-name "$job_name" --sbatch-args "$sbatch_args"); fi
+sweep_args+=(-- "${extra[@]+"${extra[@]}"}")
+[[ "${sweep_args[*]}" != *$'\n'* ]] || die "options must not contain newlines (sweep.args keeps one per line)"
+
 # runs: seed-major, so that a partial sweep already covers every env id.
 run_envs=() run_seeds=()
 for ((seed = first_seed; seed < first_seed + num_seeds; seed++)); do
@@ -288,6 +375,9 @@ for ((seed = first_seed; seed < first_seed + num_seeds; seed++)); do
     done
 done
 num_runs=${#run_envs[@]}
+[[ -z "$task" ]] || { is_uint "$task" && ((task < num_runs)); } || die "--task must be a run index 0..$((num_runs - 1)), got '$task'"
+
+run_name() { echo "${run_envs[$1]}__${run_seeds[$1]}"; }
 
 new_sweep_dir() {
     local base dir
@@ -299,6 +389,7 @@ new_sweep_dir() {
         dir="$base-$i"
         i=$((i + 1))
     done
+    printf '%s\n' "${sweep_args[@]}" >"$dir/sweep.args"
     {
         printf 'index\tenv_id\tseed\n'
         for ((i = 0; i < num_runs; i++)); do
@@ -306,6 +397,97 @@ new_sweep_dir() {
         done
     } >"$dir/runs.tsv"
     echo "$dir"
+}
+
+# =====================================================================================================
+# One run: skip, resume or start it. Each local worker and each Slurm array task runs
+# `benchmark.sh --continue SWEEP_DIR --task I`, so both pick a run up the same way.
+# =====================================================================================================
+
+# plan_run INDEX: what the run needs now, from its files alone (run from the workdir): sets $action
+# (skipped: its latest attempt ended ok; resumed: its run directory has a checkpoint; started) and $cmd.
+plan_run() {
+    local i=$1 name state="" run_dir
+    name=$(run_name "$i")
+    if [[ -f "$sweep_dir/$name.status" ]]; then read -r state _ <"$sweep_dir/$name.status"; fi
+    cmd=("${python[@]}" "$SCRIPT" --env-id "${run_envs[i]}" --seed "${run_seeds[i]}" --num-threads "$cores_per_run")
+    cmd+=("${extra[@]+"${extra[@]}"}")
+    run_dir=$(logged_run_dir "$sweep_dir/$name.log")
+    if [[ "$state" == ok ]]; then
+        action=skipped
+    elif [[ -n "$run_dir" ]] && compgen -G "$run_dir/*.model" >/dev/null; then
+        action=resumed
+        cmd+=(--resume "$run_dir")
+    else
+        action=started
+    fi
+}
+
+signalled=0  # set by run_task's trap
+
+# run_task INDEX: skips, resumes or starts the run in the foreground, appending to its log, and exits
+# with its exit status.
+run_task() {
+    local i=$1 name log lock status cpus start rc state end
+    name=$(run_name "$i")
+    log="$sweep_dir/$name.log"
+    lock="$sweep_dir/$name.lock"
+    status="$sweep_dir/$name.status"
+    command -v flock >/dev/null || die "flock not found (install util-linux)"
+    # fd 9 is inherited by the training script, so the lock is free exactly when no process of an
+    # earlier attempt is left, even one whose sweep was killed with SIGKILL: never two at once.
+    exec 9>>"$lock"
+    if ! flock -n 9; then
+        echo "[$(date +%H:%M:%S)] wait   $name: an earlier attempt (task pid $(cat "$lock")) is still running"
+        flock 9
+    fi
+    echo "$$" >"$lock"
+    plan_run "$i"
+    if [[ "$action" == skipped ]]; then
+        read -r state rc start end _ <"$status"
+        echo "$state $rc $start $end skipped" >"$status"
+        echo "[$(date +%H:%M:%S)] skip   $name (finished earlier)"
+        exit 0
+    fi
+    rm -f "$status"
+    cpus=$(usable_cpus | paste -sd,)
+    echo "[$(date +%H:%M:%S)] $action $name (cores $cpus)"
+    printf '# %s: %s on %s, cores %s\n+ %s\n' "$(date '+%F %T')" "$action" "$(hostname)" "$cpus" "${cmd[*]}" >>"$log"
+    start=$(date +%s)
+    # SIGINT/SIGTERM (Ctrl-C of the sweep, scancel, Slurm's time limit or preemption) reach the script
+    # too; bash runs this trap once the script has saved its checkpoint and exited.
+    trap 'signalled=1' INT TERM
+    PYTHONUNBUFFERED=1 OMP_NUM_THREADS=$cores_per_run "${cmd[@]}" >>"$log" 2>&1 </dev/null && rc=0 || rc=$?
+    trap - INT TERM
+    if ((rc == 0)); then state=ok; elif ((signalled)); then state=interrupted; else state=failed; fi
+    echo "$state $rc $start $(date +%s) $action" >"$status"
+    if ((rc == 0)); then
+        echo "[$(date +%H:%M:%S)] ok     $name"
+    else
+        echo "[$(date +%H:%M:%S)] $state $name (rc=$rc, see $log)"
+    fi
+    exit "$rc"
+}
+
+if [[ -n "$task" ]]; then
+    sweep_dir=$continue_dir
+    cores_per_run=${cores_per_run:-$(count_cores)}
+    cd "$workdir"
+    run_task "$task"
+fi
+
+# open_sweep_dir: $sweep_dir, the sweep's log directory (the one being continued, else a new one: call
+# this once every check has passed), and $task_args, what a task needs to see what this call sees.
+open_sweep_dir() {
+    if [[ -n "$continue_dir" ]]; then
+        sweep_dir=$continue_dir
+    elif ((dry_run)); then
+        sweep_dir="$workdir/runs/logs/<sweep>"
+    else
+        sweep_dir=$(new_sweep_dir)
+    fi
+    task_args=(--continue "$sweep_dir")
+    if [[ -n "$python_cmd" ]]; then task_args+=(--python "$python_cmd"); fi
 }
 
 # =====================================================================================================
@@ -318,43 +500,26 @@ if ((slurm)); then
     if ((!dry_run)); then
         command -v sbatch >/dev/null || die "--slurm: sbatch not found on PATH"
         if ((wait_slurm)); then command -v squeue >/dev/null || die "--wait: squeue not found on PATH"; fi
-        sweep_dir=$(new_sweep_dir)
-    else
-        sweep_dir="$workdir/runs/logs/<sweep>"
     fi
+    open_sweep_dir
     array="0-$((num_runs - 1))${workers:+%$workers}"
     read -r -a sbatch_extra <<<"$sbatch_args"
 
     batch_script=$(
-        cat <<EOF
+        cat <<EOS
 #!/usr/bin/env bash
 #SBATCH --job-name=$job_name
 #SBATCH --array=$array
 #SBATCH --ntasks=1
 #SBATCH --cpus-per-task=$cores_per_run
 #SBATCH --output=$sweep_dir/slurm-%a.out
+#SBATCH --open-mode=append
 #SBATCH --chdir=$workdir
-# Generated by benchmark.sh: one array task per (env id, seed) of runs.tsv.
-set -uo pipefail
-env_ids=($(quote_words "${run_envs[@]}"))
-seeds=($(quote_words "${run_seeds[@]}"))
-i=\$SLURM_ARRAY_TASK_ID
-env_id=\${env_ids[i]}
-seed=\${seeds[i]}
-threads=\${SLURM_CPUS_PER_TASK:-$cores_per_run}
-log=$(printf '%q' "$sweep_dir")/\${env_id}__\${seed}.log
-status=$(printf '%q' "$sweep_dir")/\${env_id}__\${seed}.status
-start=\$(date +%s)
-echo "task \$i: \$env_id seed \$seed on \$(hostname) with \$threads CPU(s); log: \$log"
-trap 'echo "interrupted 143 \$start \$(date +%s)" >"\$status"; exit 143' TERM
-cmd=($(quote_words "${python[@]}" "$SCRIPT")--env-id "\$env_id" --seed "\$seed" --num-threads "\$threads" $(quote_words "${extra[@]+"${extra[@]}"}"))
-printf '+ %s\n' "\${cmd[*]}" >"\$log"
-PYTHONUNBUFFERED=1 OMP_NUM_THREADS=\$threads "\${cmd[@]}" >>"\$log" 2>&1 </dev/null
-rc=\$?
-if ((rc == 0)); then state=ok; else state=failed; fi
-echo "\$state \$rc \$start \$(date +%s)" >"\$status"
-exit \$rc
-EOF
+#SBATCH --requeue
+# Generated by benchmark.sh: array task i skips, resumes or starts run i of runs.tsv, so a task that
+# Slurm requeues (preemption, a failed node) or a resubmitted sweep (--continue) picks up its checkpoint.
+exec $(quote_words "$REPO/benchmark.sh" "${task_args[@]}")--task "\$SLURM_ARRAY_TASK_ID" --cores-per-run "\${SLURM_CPUS_PER_TASK:-$cores_per_run}"
+EOS
     )
 
     if ((dry_run)); then
@@ -406,10 +571,10 @@ if [[ -z "$cores_per_run" ]]; then
 fi
 if ((pin)); then
     command -v taskset >/dev/null || die "taskset not found (install util-linux, or pass --no-pin)"
-    command -v setsid >/dev/null || die "setsid not found (install util-linux)"
     ((workers * cores_per_run <= ${#cpus[@]})) ||
         die "--workers $workers x --cores-per-run $cores_per_run needs $((workers * cores_per_run)) cores, only ${#cpus[@]} usable (${cpus[*]}); pass --no-pin to oversubscribe"
 fi
+command -v setsid >/dev/null || die "setsid not found (install util-linux)"
 ((workers <= num_runs)) || workers=$num_runs
 
 # slot_cpus[k]: the cores of worker slot k, e.g. "0,1"
@@ -418,35 +583,38 @@ for ((k = 0; k < workers; k++)); do
     slot_cpus[k]=$(IFS=,; echo "${cpus[*]:k*cores_per_run:cores_per_run}")
 done
 
-run_command() {  # run_command INDEX SLOT -> the command array in $cmd
-    local i=$1 k=$2
-    cmd=(env PYTHONUNBUFFERED=1 "OMP_NUM_THREADS=$cores_per_run")
-    if ((pin)); then cmd+=(taskset -c "${slot_cpus[k]}"); fi
-    cmd+=("${python[@]}" "$SCRIPT" --env-id "${run_envs[i]}" --seed "${run_seeds[i]}" --num-threads "$cores_per_run")
-    cmd+=("${extra[@]+"${extra[@]}"}")
+# pinning SLOT -> the taskset prefix of a run in that slot in $pinning (empty with --no-pin)
+pinning() {
+    pinning=()
+    if ((pin)); then pinning=(taskset -c "${slot_cpus[$1]}"); fi
 }
 
+open_sweep_dir
+cd "$workdir"
 if ((dry_run)); then
     echo "# from $workdir: $num_runs runs, $workers at a time, $cores_per_run core(s) each"
     for ((i = 0; i < num_runs; i++)); do
-        run_command "$i" $((i % workers))
-        printf '%q ' "${cmd[@]}"
-        echo
+        plan_run "$i"
+        pinning $((i % workers))
+        if [[ "$action" == skipped ]]; then
+            echo "# $(run_name "$i"): finished, skipped"
+        else
+            quote_words "${pinning[@]+"${pinning[@]}"}" env "OMP_NUM_THREADS=$cores_per_run" "${cmd[@]}"
+            echo
+        fi
     done
     exit 0
 fi
 
-cd "$workdir"
-sweep_dir=$(new_sweep_dir)
 pinned=""
 if ((pin)); then pinned=", pinned with taskset"; fi
-echo "$PROG: $num_runs runs (${#env_ids[@]} env ids x $num_seeds seeds), $workers at a time, $cores_per_run core(s) each$pinned"
+verb="running"
+if [[ -n "$continue_dir" ]]; then verb="continuing"; fi
+echo "$PROG: $verb $num_runs runs (${#env_ids[@]} env ids x $num_seeds seeds), $workers at a time, $cores_per_run core(s) each$pinned"
 echo "  python: ${python[*]}"
 echo "  runs:   $workdir/runs/    logs: $sweep_dir/"
 
-run_name() { echo "${run_envs[$1]}__${run_seeds[$1]}"; }
-
-slot_pid=()    # slot -> pid of its run (the leader of the run's own process group), "" when free
+slot_pid=()    # slot -> pid of its task (the leader of the run's own process group), "" when free
 slot_run=()    # slot -> run index
 run_start=()   # run index -> unix start time
 for ((k = 0; k < workers; k++)); do slot_pid[k]=""; done
@@ -466,43 +634,27 @@ on_signal() {
 trap on_signal INT TERM
 
 start_run() {  # start_run INDEX SLOT
-    local i=$1 k=$2 name log status
-    name=$(run_name "$i")
-    log="$sweep_dir/$name.log"
-    status="$sweep_dir/$name.status"
-    run_command "$i" "$k"
-    printf '+ %s\n' "${cmd[*]}" >"$log"
+    local i=$1 k=$2
+    pinning "$k"
     run_start[i]=$(date +%s)
-    # setsid: the run gets its own process group (uv, python, ...), so it can be stopped as a whole.
-    # The wrapper writes the status file when the run ends by itself.
-    # shellcheck disable=SC2016  # $1, $@ ... belong to the inner bash
-    setsid bash -c '
-        status=$1 start=$2
-        shift 2
-        "$@"
-        rc=$?
-        if ((rc == 0)); then state=ok; else state=failed; fi
-        echo "$state $rc $start $(date +%s)" >"$status"
-        exit "$rc"' benchmark-run "$status" "${run_start[i]}" "${cmd[@]}" >>"$log" 2>&1 </dev/null &
+    # setsid: the task gets its own process group (benchmark.sh --task, uv, python, ...), so it can be
+    # stopped as a whole. It prints its start and end lines itself.
+    setsid "${pinning[@]+"${pinning[@]}"}" "$REPO/$PROG" "${task_args[@]}" --task "$i" --cores-per-run "$cores_per_run" </dev/null &
     slot_pid[k]=$!
     slot_run[k]=$i
-    echo "[$(date +%H:%M:%S)] start  $name (cores ${slot_cpus[k]})"
 }
 
-finish_run() {  # finish_run SLOT: the run in SLOT has exited
-    local k=$1 i name status state rc _
+finish_run() {  # finish_run SLOT: the task in SLOT has exited
+    local k=$1 i name status rc=0 state=failed
     i=${slot_run[k]}
-    wait "${slot_pid[k]}" 2>/dev/null || true
+    wait "${slot_pid[k]}" 2>/dev/null || rc=$?
     slot_pid[k]=""
     name=$(run_name "$i")
     status="$sweep_dir/$name.status"
+    # Only a task killed outright (Ctrl-C twice) or one that stopped at an error of its own leaves none.
     if [[ ! -f "$status" ]]; then
-        echo "interrupted 143 ${run_start[i]} $(date +%s)" >"$status"
-    fi
-    read -r state rc _ <"$status"
-    if [[ "$state" == ok ]]; then
-        echo "[$(date +%H:%M:%S)] ok     $name"
-    else
+        if ((interrupted)); then state=interrupted; fi
+        echo "$state $rc ${run_start[i]} $(date +%s)" >"$status"
         echo "[$(date +%H:%M:%S)] $state $name (rc=$rc, see $sweep_dir/$name.log)"
     fi
 }
