@@ -2,7 +2,7 @@
 
 import pytest
 
-from tests.support import HOPPER, only_run_dir, run_script
+from tests.support import HOPPER, SWEEP_ENVS, benchmark, only_run_dir, run_script
 
 
 @pytest.fixture(scope="session")
@@ -15,3 +15,15 @@ def saved_run(tmp_path_factory):
     )
     assert result.returncode == 0, result.stderr
     return only_run_dir(cwd), result.stdout
+
+
+@pytest.fixture(scope="session")
+def sweep(tmp_path_factory):
+    """2 env ids x 2 seeds, 2 runs at a time, trained for real (a few thousand steps each)."""
+    workdir = tmp_path_factory.mktemp("sweep")
+    result = benchmark(
+        "--workdir", workdir, "--env-ids", " ".join(SWEEP_ENVS), "--seeds", 2, "--workers", 2,
+        "--", "--total-timesteps", 4096, "--num-envs", 8, "--num-steps", 64, "--eval-every", 2048,
+        "--eval-episodes", 2,
+    )  # fmt: skip
+    return workdir, result

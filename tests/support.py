@@ -1,6 +1,10 @@
 """What the tests share: running the script as a user would, reading its TensorBoard logs, training in-process
 with the scalars kept in memory, and the NumPy references for rollouts and advantages."""
 
+import os
+import re
+import signal
+import struct
 import subprocess
 import sys
 from pathlib import Path
@@ -11,7 +15,12 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 
 import ppo_continuous_envpool_jax as ppo
 
-SCRIPT = Path(__file__).resolve().parents[1] / "ppo_continuous_envpool_jax.py"
+REPO = Path(__file__).resolve().parents[1]
+SCRIPT = REPO / "ppo_continuous_envpool_jax.py"
+BENCHMARK = REPO / "benchmark.sh"
+REPORT = REPO / "report.py"
+USABLE_CPUS = sorted(os.sched_getaffinity(0))
+SWEEP_ENVS = ["InvertedPendulum-v4", "Hopper-v4"]  # the real sweep of tests/conftest.py
 # Small and quick: 512 steps an iteration.
 SMALL = ["--num-envs", "8", "--num-steps", "64", "--num-minibatches", "4", "--update-epochs", "2"]
 HOPPER = ["--env-id", "Hopper-v4", *SMALL]
@@ -105,3 +114,104 @@ def numpy_gae(reward, value, last_value, terminated, truncated, gamma, lam):
             next_advantage = delta + (0.0 if done else gamma * lam * next_advantage)
             advantages[t, env] = next_advantage
     return advantages, advantages + value
+
+
+def default_signals():
+    """In the child: SIGINT and SIGTERM as a terminal gives them, whatever this test run inherited
+    (under `nohup ... &` SIGINT is ignored, and bash cannot trap a signal that was ignored on entry)."""
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, signal.SIG_DFL)
+
+
+def benchmark(*args, cwd=None, timeout=300, env=None) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [str(BENCHMARK), *map(str, args)],
+        cwd=cwd,
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+        preexec_fn=default_signals,
+    )
+
+
+# ---------------------------------------------------------------------------------------------------
+# An independent reader of the event files
+# ---------------------------------------------------------------------------------------------------
+
+
+def read_events(run_dir: Path):
+    """All events of a run, parsed from the TFRecord framing with tensorboardX's own protobuf."""
+    from tensorboardX.proto import event_pb2
+
+    events = []
+    for path in sorted(run_dir.glob("events.out.tfevents.*")):
+        data = path.read_bytes()
+        pos = 0
+        while pos < len(data):
+            (length,) = struct.unpack("<Q", data[pos : pos + 8])
+            pos += 12  # length, masked CRC of the length
+            events.append(event_pb2.Event.FromString(data[pos : pos + length]))
+            pos += length + 4  # data, masked CRC of the data
+    return events
+
+
+def parsed_scalars(events, tag: str) -> list[tuple[int, float, float]]:
+    """(step, value, wall_time) of one scalar tag."""
+    return [(e.step, v.simple_value, e.wall_time) for e in events for v in e.summary.value if v.tag == tag]
+
+
+def hyperparameters(events) -> dict[str, str]:
+    for event in events:
+        for value in event.summary.value:
+            if value.tag.startswith("hyperparameters"):
+                table = value.tensor.string_val[0].decode()
+                return dict(row.strip("|").split("|", 1) for row in table.splitlines()[2:])
+    raise AssertionError("no hyperparameters text in the event file")
+
+
+def reference_run(run_dir: Path, window_steps=100_000, short_fraction=0.1) -> dict:
+    events = read_events(run_dir)
+    all_scalars = [
+        (e.step, e.wall_time) for e in events if e.summary.value and e.summary.value[0].HasField("simple_value")
+    ]
+    total_steps = max(step for step, _ in all_scalars)
+    window = window_steps if total_steps >= window_steps else short_fraction * total_steps
+    returns = [
+        value for step, value, _ in parsed_scalars(events, "charts/episodic_return") if step > total_steps - window
+    ]
+    wall_times = [e.wall_time for e in events]
+    return {
+        "total_steps": total_steps,
+        "final_return": float(np.mean(returns)),
+        "wall_clock": max(wall_times) - min(wall_times),
+        "last_return": parsed_scalars(events, "charts/episodic_return")[-1][1],
+        "eval_returns": parsed_scalars(events, "eval/episodic_return"),
+        "hyperparameters": hyperparameters(events),
+    }
+
+
+def parse_markdown_table(text: str, first_columns: list[str]) -> list[dict[str, str]]:
+    """The rows of the Markdown table whose header starts with `first_columns`."""
+
+    def cells(line):
+        return [cell.strip() for cell in line.strip().strip("|").split("|")]
+
+    lines = text.splitlines()
+    start = next(
+        i for i, line in enumerate(lines) if line.startswith("|") and cells(line)[: len(first_columns)] == first_columns
+    )
+    header = cells(lines[start])
+    rows = []
+    for line in lines[start + 2 :]:
+        if not line.startswith("|"):
+            break
+        rows.append(dict(zip(header, cells(line))))
+    return rows
+
+
+def parse_mean_std(cell: str) -> tuple[float, float]:
+    match = re.fullmatch(r"(-?[\d.]+) ± ([\d.]+)(?: †)?", cell)
+    assert match, f"not 'mean ± std': {cell!r}"
+    return float(match[1]), float(match[2])

@@ -1,10 +1,10 @@
-"""Tests of the sweep tooling: benchmark.sh (local and --slurm) and report.py.
+"""Tests of benchmark.sh (local and --slurm).
 
 The sweep test trains for real (4 tiny runs, two at a time: about half a minute on 2 cores); the
 orchestration tests (failures, pinning, Ctrl-C, sweeps killed with SIGKILL and continued, Slurm array)
 use a stub in place of Python that keeps the training script's side of the contract benchmark.sh
-states, so they take no training time. report.py's numbers are checked against event files parsed here by hand
-(TFRecord framing + tensorboardX's protobuf), a second code path next to its EventAccumulator.
+states, so they take no training time. The real sweep (tests/conftest.py) is read back with the
+independent event-file reader of tests/support.py.
 The test against a real single-node Slurm is opt-in: RUN_SLURM_TESTS=1.
 """
 
@@ -16,41 +16,26 @@ import re
 import select
 import shutil
 import signal
-import struct
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-import numpy as np
 import pytest
-from matplotlib.image import imread
 
-REPO = Path(__file__).resolve().parents[1]
-BENCHMARK = REPO / "benchmark.sh"
-REPORT = REPO / "report.py"
-USABLE_CPUS = sorted(os.sched_getaffinity(0))
+from tests.support import (
+    BENCHMARK,
+    REPO,
+    REPORT,
+    SWEEP_ENVS,
+    USABLE_CPUS,
+    benchmark,
+    default_signals,
+    read_events,
+    reference_run,
+)
+
 pytestmark = pytest.mark.skipif(len(USABLE_CPUS) < 2, reason="the sweeps run two at a time: needs 2 usable cores")
-
-
-def default_signals():
-    """In the child: SIGINT and SIGTERM as a terminal gives them, whatever this test run inherited
-    (under `nohup ... &` SIGINT is ignored, and bash cannot trap a signal that was ignored on entry)."""
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(signum, signal.SIG_DFL)
-
-
-def benchmark(*args, cwd=None, timeout=300, env=None) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [str(BENCHMARK), *map(str, args)],
-        cwd=cwd,
-        check=False,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env=env,
-        preexec_fn=default_signals,
-    )
 
 
 def start_process(*command, env=None) -> subprocess.Popen:
@@ -114,108 +99,15 @@ def log_attempts(log: Path) -> list[str]:
 
 
 # ---------------------------------------------------------------------------------------------------
-# An independent reader of the event files
+# The real sweep
 # ---------------------------------------------------------------------------------------------------
-
-
-def read_events(run_dir: Path):
-    """All events of a run, parsed from the TFRecord framing with tensorboardX's own protobuf."""
-    from tensorboardX.proto import event_pb2
-
-    events = []
-    for path in sorted(run_dir.glob("events.out.tfevents.*")):
-        data = path.read_bytes()
-        pos = 0
-        while pos < len(data):
-            (length,) = struct.unpack("<Q", data[pos : pos + 8])
-            pos += 12  # length, masked CRC of the length
-            events.append(event_pb2.Event.FromString(data[pos : pos + length]))
-            pos += length + 4  # data, masked CRC of the data
-    return events
-
-
-def scalars(events, tag: str) -> list[tuple[int, float, float]]:
-    """(step, value, wall_time) of one scalar tag."""
-    return [(e.step, v.simple_value, e.wall_time) for e in events for v in e.summary.value if v.tag == tag]
-
-
-def hyperparameters(events) -> dict[str, str]:
-    for event in events:
-        for value in event.summary.value:
-            if value.tag.startswith("hyperparameters"):
-                table = value.tensor.string_val[0].decode()
-                return dict(row.strip("|").split("|", 1) for row in table.splitlines()[2:])
-    raise AssertionError("no hyperparameters text in the event file")
-
-
-def reference_run(run_dir: Path, window_steps=100_000, short_fraction=0.1) -> dict:
-    events = read_events(run_dir)
-    all_scalars = [
-        (e.step, e.wall_time) for e in events if e.summary.value and e.summary.value[0].HasField("simple_value")
-    ]
-    total_steps = max(step for step, _ in all_scalars)
-    window = window_steps if total_steps >= window_steps else short_fraction * total_steps
-    returns = [value for step, value, _ in scalars(events, "charts/episodic_return") if step > total_steps - window]
-    wall_times = [e.wall_time for e in events]
-    return {
-        "total_steps": total_steps,
-        "final_return": float(np.mean(returns)),
-        "wall_clock": max(wall_times) - min(wall_times),
-        "last_return": scalars(events, "charts/episodic_return")[-1][1],
-        "eval_returns": scalars(events, "eval/episodic_return"),
-        "hyperparameters": hyperparameters(events),
-    }
-
-
-def parse_markdown_table(text: str, first_columns: list[str]) -> list[dict[str, str]]:
-    """The rows of the Markdown table whose header starts with `first_columns`."""
-
-    def cells(line):
-        return [cell.strip() for cell in line.strip().strip("|").split("|")]
-
-    lines = text.splitlines()
-    start = next(
-        i for i, line in enumerate(lines) if line.startswith("|") and cells(line)[: len(first_columns)] == first_columns
-    )
-    header = cells(lines[start])
-    rows = []
-    for line in lines[start + 2 :]:
-        if not line.startswith("|"):
-            break
-        rows.append(dict(zip(header, cells(line))))
-    return rows
-
-
-def parse_mean_std(cell: str) -> tuple[float, float]:
-    match = re.fullmatch(r"(-?[\d.]+) ± ([\d.]+)(?: †)?", cell)
-    assert match, f"not 'mean ± std': {cell!r}"
-    return float(match[1]), float(match[2])
-
-
-# ---------------------------------------------------------------------------------------------------
-# The real sweep and the report
-# ---------------------------------------------------------------------------------------------------
-
-ENVS = ["InvertedPendulum-v4", "Hopper-v4"]
-
-
-@pytest.fixture(scope="module")
-def sweep(tmp_path_factory):
-    """2 env ids x 2 seeds, 2 runs at a time, trained for real (a few thousand steps each)."""
-    workdir = tmp_path_factory.mktemp("sweep")
-    result = benchmark(
-        "--workdir", workdir, "--env-ids", " ".join(ENVS), "--seeds", 2, "--workers", 2,
-        "--", "--total-timesteps", 4096, "--num-envs", 8, "--num-steps", 64, "--eval-every", 2048,
-        "--eval-episodes", 2,
-    )  # fmt: skip
-    return workdir, result
 
 
 def test_sweep_runs_every_env_and_seed(sweep):
     workdir, result = sweep
     assert result.returncode == 0, result.stdout + result.stderr
     rows = summary_rows(result.stdout)
-    assert set(rows) == {(env_id, seed) for env_id in ENVS for seed in (1, 2)}
+    assert set(rows) == {(env_id, seed) for env_id in SWEEP_ENVS for seed in (1, 2)}
     cores_per_run = len(USABLE_CPUS) // 2
     for (env_id, seed), row in rows.items():
         assert row["status"] == "ok"
@@ -234,84 +126,6 @@ def test_sweep_runs_every_env_and_seed(sweep):
         assert row["action"] == "started" and log.splitlines()[1].startswith("+ ")
         pinned = re.match(r"# .*: started on \S+, cores (\S+)$", log.splitlines()[0])[1]
         assert len(pinned.split(",")) == cores_per_run and {int(c) for c in pinned.split(",")} <= set(USABLE_CPUS)
-
-
-def test_report_matches_event_files(sweep, tmp_path):
-    workdir, result = sweep
-    assert result.returncode == 0
-    out_dir = tmp_path / "docs"
-    report = subprocess.run(
-        [sys.executable, str(REPORT), str(workdir / "runs"), "--out-dir", str(out_dir)],
-        check=False, capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
-    assert report.returncode == 0, report.stderr
-    assert str(workdir / "runs" / "logs") not in report.stderr  # benchmark.sh's own folder: passed over silently
-    markdown = (out_dir / "benchmark.md").read_text()
-    assert markdown == report.stdout
-    assert "use the last 10% of the run" in markdown  # 4096 steps < the 100k window: the caption says so
-
-    rows = {row["Environment"]: row for row in parse_markdown_table(markdown, ["Environment", "Experiment", "Seeds"])}
-    assert set(rows) == set(ENVS)
-    for env_id in ENVS:
-        refs = [reference_run(d) for d in sorted((workdir / "runs").glob(f"{env_id}__*"))]
-        finals = [ref["final_return"] for ref in refs]
-        walls = [ref["wall_clock"] for ref in refs]
-        row = rows[env_id]
-        assert row["Seeds"] == "2" and row["Steps"] == "4096"
-        mean, std = parse_mean_std(row["Final return"])
-        assert mean == pytest.approx(np.mean(finals), abs=0.006)
-        assert std == pytest.approx(np.std(finals), abs=0.006)
-        mean, std = parse_mean_std(row["Wall-clock [s]"])
-        assert mean == pytest.approx(np.mean(walls), abs=0.06)
-        assert std == pytest.approx(np.std(walls), abs=0.06)
-        # --eval-every 2048: both seeds evaluated at 2048 and 4096; the best of the mean over seeds
-        evals = [{step: value for step, value, _ in ref["eval_returns"]} for ref in refs]
-        assert all(sorted(e) == [2048, 4096] for e in evals)
-        mean_curve = {step: np.mean([e[step] for e in evals]) for step in (2048, 4096)}
-        best_step = max(mean_curve, key=mean_curve.get)
-        value, step = row["Max eval return"].split(" @ ")
-        assert (float(value), int(step)) == (pytest.approx(mean_curve[best_step], abs=0.006), best_step)
-        assert imread(out_dir / f"{env_id}_eval_vs_steps.png").shape[:2] == (300, 500)
-
-        for axis in ("steps", "time"):
-            png = out_dir / f"{env_id}_return_vs_{axis}.png"
-            assert imread(png).shape[:2] == (300, 500)  # height, width
-            assert f"]({png.name})" in markdown
-
-
-def test_report_window_flag_and_filter(sweep, tmp_path):
-    """--window-steps above the run length keeps the 10% rule; below it the window is in steps."""
-    workdir, _ = sweep
-    report = subprocess.run(
-        [sys.executable, str(REPORT), str(workdir / "runs"), "--out-dir", str(tmp_path), "--no-plots",
-         "--env-id", "Hopper-v4", "--window-steps", "2048"],
-        check=False, capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
-    assert report.returncode == 0, report.stderr
-    rows = parse_markdown_table(report.stdout, ["Environment", "Experiment", "Seed"])
-    assert {row["Environment"] for row in rows} == {"Hopper-v4"}
-    for row in rows:
-        (run_dir,) = (workdir / "runs").glob(row["Run"].strip("`"))
-        ref = reference_run(run_dir, window_steps=2048)
-        assert float(row["Final return"]) == pytest.approx(ref["final_return"], abs=0.006)
-        assert row["Window [steps]"] == "2048"
-    assert "†" not in report.stdout and not list(tmp_path.glob("*.png"))
-
-
-def test_report_rejects_bad_input(tmp_path):
-    for args, message in [
-        ([str(tmp_path / "missing")], "runs directory not found"),
-        ([str(tmp_path), "--window-steps", "0"], "--window-steps must be positive"),
-        ([str(tmp_path)], "no run directories"),
-    ]:
-        result = subprocess.run(
-            [sys.executable, str(REPORT), *args, "--out-dir", str(tmp_path)],
-            check=False,
-            capture_output=True,
-            text=True,
-        )
-        assert result.returncode != 0
-        assert len(result.stderr.strip().splitlines()) == 1 and message in result.stderr
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -338,7 +152,9 @@ def test_failing_run_is_named_and_fails_the_sweep(tmp_path, env_id, extra, reaso
 # The training script's side of the contract, and a real sweep killed and continued
 # ---------------------------------------------------------------------------------------------------
 
-PROGRESS = re.compile(r"iteration=(\d+)/(\d+) global_step=(\d+) return=(-|-?\d+(?:\.\d+)?) SPS=\d+(?: eval=\S+)?")
+PROGRESS = re.compile(
+    r"iteration=(\d+)/(\d+) global_step=(\d+) return=(-|-?\d+(?:\.\d+)?) SPS=\d+(?: eval_step=\d+ eval=-?\d+\.\d)*"
+)
 
 
 def logged_run_dirs(log: Path) -> list[str]:

@@ -16,10 +16,18 @@ import flax
 import jax
 import numpy as np
 import pytest
-from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
 
 import ppo_continuous_envpool_jax as ppo
-from tests.support import HOPPER, MODEL_NAME, only_run_dir, run_script, scalars, script_command
+from tests.support import (
+    HOPPER,
+    MODEL_NAME,
+    only_run_dir,
+    parsed_scalars,
+    read_events,
+    run_script,
+    scalars,
+    script_command,
+)
 
 EVERY_ITERATION = ["--checkpoint-every-seconds", "1e-9"]
 
@@ -138,7 +146,8 @@ def test_a_killed_run_resumes_from_its_checkpoint_and_supersedes_what_it_logged_
     wait_for_line(process, "iteration=9/")
     process.kill()
     process.communicate(timeout=60)
-    first_log = sorted(run_dir.glob("events.out.tfevents.*"))
+    # The killed run's log holds value losses past the checkpoint (read as written, nothing purged).
+    killed = {step: value for step, value, _ in parsed_scalars(read_events(run_dir), "losses/value_loss")}
     shutil.copy(tmp_path / "older.model", model_path)
     saved_step = ppo.load_checkpoint(str(model_path))["global_step"]
     assert saved_step in (3 * 512, 4 * 512)
@@ -147,16 +156,8 @@ def test_a_killed_run_resumes_from_its_checkpoint_and_supersedes_what_it_logged_
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines()[0] == f"run_dir={run_dir}"
     assert ppo.load_checkpoint(str(model_path))["global_step"] == 8192
-    # The killed run's own file holds value losses past the checkpoint (read as written, nothing purged) ...
-    killed = {
-        event.step: value.tensor.float_val[0]
-        for path in first_log
-        for event in EventFileLoader(str(path)).Load()
-        for value in event.summary.value
-        if value.tag == "losses/value_loss"
-    }
     assert max(killed) >= 8 * 512
-    # ... and TensorBoard shows every step once, in order, those after the checkpoint from the resumed run.
+    # TensorBoard shows every step once, in order, those after the checkpoint from the resumed run.
     logged = scalars(run_dir, "losses/value_loss")
     assert [step for step, _ in logged] == list(range(512, 8192 + 1, 512))
     assert [value for step, value in logged if step <= saved_step] == [

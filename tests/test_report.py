@@ -1,8 +1,8 @@
 """report.py on synthetic event files: a sweep in progress, stray directories, evaluation curves.
 
 The event files are written here with tensorboardX, scalar by scalar with explicit steps, so every number
-the report prints can be checked against one worked out by hand. (tests/test_benchmark.py checks the
-report against a real sweep.)
+the report prints can be checked against one worked out by hand. At the end, the report of a real sweep
+against its event files read a second way (tests/support.py's parser of the TFRecord framing).
 """
 
 from __future__ import annotations
@@ -10,6 +10,8 @@ from __future__ import annotations
 import argparse
 import csv
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -18,7 +20,7 @@ from matplotlib.image import imread
 from tensorboardX import SummaryWriter
 
 import report
-from tests.test_benchmark import parse_markdown_table
+from tests.support import REPORT, SWEEP_ENVS, parse_markdown_table, parse_mean_std, reference_run
 
 ENV = "Hopper-v4"
 
@@ -422,3 +424,86 @@ def test_the_comparison_from_runs_csv_is_the_one_from_the_event_files(tmp_path, 
     # the mean eval curves peak at step 1000, so eval at max is each run's eval there: `b` ahead on every run
     assert aggregates[("b", "eval at max")][0] == "1-3"
     assert pairs[("b", "a", "eval at max")] == (1.0, 1.0, 1.0)
+
+
+# ---------------------------------------------------------------------------------------------------
+# report.py on the real sweep of tests/conftest.py, against the event files read a second way
+# ---------------------------------------------------------------------------------------------------
+
+
+def test_report_matches_event_files(sweep, tmp_path):
+    workdir, result = sweep
+    assert result.returncode == 0
+    out_dir = tmp_path / "docs"
+    report = subprocess.run(
+        [sys.executable, str(REPORT), str(workdir / "runs"), "--out-dir", str(out_dir)],
+        check=False, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert report.returncode == 0, report.stderr
+    assert str(workdir / "runs" / "logs") not in report.stderr  # benchmark.sh's own folder: passed over silently
+    markdown = (out_dir / "benchmark.md").read_text()
+    assert markdown == report.stdout
+    assert "use the last 10% of the run" in markdown  # 4096 steps < the 100k window: the caption says so
+
+    rows = {row["Environment"]: row for row in parse_markdown_table(markdown, ["Environment", "Experiment", "Seeds"])}
+    assert set(rows) == set(SWEEP_ENVS)
+    for env_id in SWEEP_ENVS:
+        refs = [reference_run(d) for d in sorted((workdir / "runs").glob(f"{env_id}__*"))]
+        finals = [ref["final_return"] for ref in refs]
+        walls = [ref["wall_clock"] for ref in refs]
+        row = rows[env_id]
+        assert row["Seeds"] == "2" and row["Steps"] == "4096"
+        mean, std = parse_mean_std(row["Final return"])
+        assert mean == pytest.approx(np.mean(finals), abs=0.006)
+        assert std == pytest.approx(np.std(finals), abs=0.006)
+        mean, std = parse_mean_std(row["Wall-clock [s]"])
+        assert mean == pytest.approx(np.mean(walls), abs=0.06)
+        assert std == pytest.approx(np.std(walls), abs=0.06)
+        # --eval-every 2048: both seeds evaluated at 2048 and 4096; the best of the mean over seeds
+        evals = [{step: value for step, value, _ in ref["eval_returns"]} for ref in refs]
+        assert all(sorted(e) == [2048, 4096] for e in evals)
+        mean_curve = {step: np.mean([e[step] for e in evals]) for step in (2048, 4096)}
+        best_step = max(mean_curve, key=mean_curve.get)
+        value, step = row["Max eval return"].split(" @ ")
+        assert (float(value), int(step)) == (pytest.approx(mean_curve[best_step], abs=0.006), best_step)
+        assert imread(out_dir / f"{env_id}_eval_vs_steps.png").shape[:2] == (300, 500)
+
+        for axis in ("steps", "time"):
+            png = out_dir / f"{env_id}_return_vs_{axis}.png"
+            assert imread(png).shape[:2] == (300, 500)  # height, width
+            assert f"]({png.name})" in markdown
+
+
+def test_report_window_flag_and_filter(sweep, tmp_path):
+    """--window-steps above the run length keeps the 10% rule; below it the window is in steps."""
+    workdir, _ = sweep
+    report = subprocess.run(
+        [sys.executable, str(REPORT), str(workdir / "runs"), "--out-dir", str(tmp_path), "--no-plots",
+         "--env-id", "Hopper-v4", "--window-steps", "2048"],
+        check=False, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert report.returncode == 0, report.stderr
+    rows = parse_markdown_table(report.stdout, ["Environment", "Experiment", "Seed"])
+    assert {row["Environment"] for row in rows} == {"Hopper-v4"}
+    for row in rows:
+        (run_dir,) = (workdir / "runs").glob(row["Run"].strip("`"))
+        ref = reference_run(run_dir, window_steps=2048)
+        assert float(row["Final return"]) == pytest.approx(ref["final_return"], abs=0.006)
+        assert row["Window [steps]"] == "2048"
+    assert "†" not in report.stdout and not list(tmp_path.glob("*.png"))
+
+
+def test_report_rejects_bad_input(tmp_path):
+    for args, message in [
+        ([str(tmp_path / "missing")], "runs directory not found"),
+        ([str(tmp_path), "--window-steps", "0"], "--window-steps must be positive"),
+        ([str(tmp_path)], "no run directories"),
+    ]:
+        result = subprocess.run(
+            [sys.executable, str(REPORT), *args, "--out-dir", str(tmp_path)],
+            check=False,
+            capture_output=True,
+            text=True,
+        )
+        assert result.returncode != 0
+        assert len(result.stderr.strip().splitlines()) == 1 and message in result.stderr
