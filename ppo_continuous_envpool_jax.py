@@ -8,12 +8,10 @@ line. `python ppo_continuous_envpool_jax.py --help` lists the flags.
 
 Output contract (benchmark.sh reads it): the first line on stdout is `run_dir=<path>`, the directory the run
 logs to; then one line per iteration, `iteration=I/N global_step=S return=R SPS=X` (`return=-` before the
-first episode has ended), followed by ` eval_step=S eval=E` for each evaluation that finished since the last
-line (and after the last iteration a line of those alone).
+first episode has ended), with ` eval=E` where the policy was evaluated.
 """
 
 import argparse
-import collections
 import contextlib
 import difflib
 import glob
@@ -22,12 +20,10 @@ import math
 import os
 import signal
 import sys
-import threading
 import time
 import types
 import warnings
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, replace
 from functools import partial
 from typing import Literal, NamedTuple
@@ -535,68 +531,10 @@ def make_optimizer(args: PPOArgs):
 # ---------------------------------------------------------------------------------------------------
 
 
-class Programs(NamedTuple):
-    """The compiled pieces of an iteration, each jitted once per run."""
-
-    init_states: Callable  # (handle, first_obs, statistics) -> (env_state, train_state)
-    collect: Callable  # (params, env_state, key) -> (env_state, transitions, batch, stats)
-    recompute_batch: Callable  # (params, transitions, last_obs, return_rms) -> (batch, return_rms)
-    update_epoch: Callable  # (train_state, batch, permutation) -> (train_state, losses)
-    summarize: Callable  # train_state -> (which parameters are finite, the learning rate)
-
-
-def make_programs(args: PPOArgs, envs, xla_step) -> Programs:
-    """Keep `envs` alive until the programs' results are ready: JAX returns before a rollout ends, and a
-    rollout whose EnvPool was freed waits for it forever (`train` holds `envs` to the end)."""
-    network = make_network(args, envs.action_space)
-    optimizer, learning_rate = make_optimizer(args)
-    env = EnvFunctions(xla_step, envs.action_space.low.astype(np.float32), envs.action_space.high.astype(np.float32))
-
-    # Compiled as one program although it runs once: every op run eagerly would be compiled on its own.
-    def init_states(handle, first_obs, statistics):
-        env_state = init_env_state(handle, first_obs, args.norm_obs, **statistics)
-        params = network.init(jax.random.PRNGKey(args.seed), env_state.obs)
-        return env_state, TrainState.create(apply_fn=network.apply, params=params, tx=optimizer)
-
-    def summarize(train_state):
-        return jax.tree.map(lambda x: jnp.isfinite(x).all(), train_state.params), learning_rate(train_state.step)
-
-    return Programs(
-        init_states=jax.jit(init_states),
-        collect=jax.jit(partial(collect, env=env, apply_fn=network.apply, args=args)),
-        recompute_batch=jax.jit(partial(recompute_batch, apply_fn=network.apply, args=args)),
-        update_epoch=jax.jit(partial(update_epoch, args=args)),
-        summarize=jax.jit(summarize),
-    )
-
-
 class RunState(NamedTuple):
     train_state: TrainState  # parameters, optimizer state, gradient-step count
     env_state: EnvState
     global_step: int
-
-
-def run_iteration(programs: Programs, state: RunState, iteration: int, args: PPOArgs):
-    """Rollout, advantages and update epochs, dispatched: JAX returns before they have run. Returns the new
-    state and the iteration's figures for the log, still on the device."""
-    # Keys derive from the iteration, so a resumed run samples its policy noise as the original would.
-    key = jax.random.fold_in(jax.random.PRNGKey(args.seed), iteration)
-    # Minibatches are shuffled on the host: NumPy's shuffle costs next to nothing, XLA's CPU sort a sixth of
-    # an epoch.
-    shuffler = np.random.default_rng((args.seed, iteration))
-    env_state, transitions, batch, stats = programs.collect(state.train_state.params, state.env_state, key)
-    # With --reward-norm return, each recomputation updates the return statistics, which travel in env_state
-    # with the rest of the normalisation (and the checkpoint) to the next iteration.
-    train_state, return_rms = state.train_state, env_state.return_rms
-    for epoch in range(args.update_epochs):
-        if epoch > 0 and args.recompute_adv:
-            batch, return_rms = programs.recompute_batch(train_state.params, transitions, env_state.obs, return_rms)
-        train_state, losses = programs.update_epoch(train_state, batch, shuffler.permutation(args.batch_size))
-        if args.target_kl is not None and float(losses["approx_kl"]) > args.target_kl:
-            break
-    env_state = env_state.replace(return_rms=return_rms)
-    state = RunState(train_state, env_state, state.global_step + args.batch_size)
-    return state, (stats, losses, programs.summarize(train_state))
 
 
 class TrainResult(NamedTuple):
@@ -632,8 +570,65 @@ def train(args: PPOArgs, logger: "IterationLogger", stop: "StopRequest | None" =
     if pending is not None and failure is None:
         failure = logger.log(*pending)
         logged = logged if failure else pending[1]
-    logger.finish()
     return TrainResult(*logged, failure)
+
+
+def run_iteration(programs: "Programs", state: RunState, iteration: int, args: PPOArgs):
+    """Rollout, advantages and update epochs, dispatched: JAX returns before they have run. Returns the new
+    state and the iteration's figures for the log, still on the device."""
+    # Keys derive from the iteration, so a resumed run samples its policy noise as the original would.
+    key = jax.random.fold_in(jax.random.PRNGKey(args.seed), iteration)
+    # Minibatches are shuffled on the host: NumPy's shuffle costs next to nothing, XLA's CPU sort a sixth of
+    # an epoch.
+    shuffler = np.random.default_rng((args.seed, iteration))
+    env_state, transitions, batch, stats = programs.collect(state.train_state.params, state.env_state, key)
+    # With --reward-norm return, each recomputation updates the return statistics, which travel in env_state
+    # with the rest of the normalisation (and the checkpoint) to the next iteration.
+    train_state, return_rms = state.train_state, env_state.return_rms
+    for epoch in range(args.update_epochs):
+        if epoch > 0 and args.recompute_adv:
+            batch, return_rms = programs.recompute_batch(train_state.params, transitions, env_state.obs, return_rms)
+        train_state, losses = programs.update_epoch(train_state, batch, shuffler.permutation(args.batch_size))
+        if args.target_kl is not None and float(losses["approx_kl"]) > args.target_kl:
+            break
+    env_state = env_state.replace(return_rms=return_rms)
+    state = RunState(train_state, env_state, state.global_step + args.batch_size)
+    return state, (stats, losses, programs.summarize(train_state))
+
+
+class Programs(NamedTuple):
+    """The compiled pieces of an iteration, each jitted once per run."""
+
+    init_states: Callable  # (handle, first_obs, statistics) -> (env_state, train_state)
+    collect: Callable  # (params, env_state, key) -> (env_state, transitions, batch, stats)
+    recompute_batch: Callable  # (params, transitions, last_obs, return_rms) -> (batch, return_rms)
+    update_epoch: Callable  # (train_state, batch, permutation) -> (train_state, losses)
+    summarize: Callable  # train_state -> (which parameters are finite, the learning rate)
+
+
+def make_programs(args: PPOArgs, envs, xla_step) -> Programs:
+    """Keep `envs` alive until the programs' results are ready: JAX returns before a rollout ends, and a
+    rollout whose EnvPool was freed waits for it forever (`train` holds `envs` to the end)."""
+    network = make_network(args, envs.action_space)
+    optimizer, learning_rate = make_optimizer(args)
+    env = EnvFunctions(xla_step, envs.action_space.low.astype(np.float32), envs.action_space.high.astype(np.float32))
+
+    # Compiled as one program although it runs once: every op run eagerly would be compiled on its own.
+    def init_states(handle, first_obs, statistics):
+        env_state = init_env_state(handle, first_obs, args.norm_obs, **statistics)
+        params = network.init(jax.random.PRNGKey(args.seed), env_state.obs)
+        return env_state, TrainState.create(apply_fn=network.apply, params=params, tx=optimizer)
+
+    def summarize(train_state):
+        return jax.tree.map(lambda x: jnp.isfinite(x).all(), train_state.params), learning_rate(train_state.step)
+
+    return Programs(
+        init_states=jax.jit(init_states),
+        collect=jax.jit(partial(collect, env=env, apply_fn=network.apply, args=args)),
+        recompute_batch=jax.jit(partial(recompute_batch, apply_fn=network.apply, args=args)),
+        update_epoch=jax.jit(partial(update_epoch, args=args)),
+        summarize=jax.jit(summarize),
+    )
 
 
 # ===================================================================================================
@@ -667,7 +662,7 @@ class Args(PPOArgs):
     save_model: bool = False
     """keep the model (parameters, optimizer and normalisation state) in `runs/{run_name}/{exp_name}.model`
     at the end; it is also written on Ctrl-C/SIGTERM and before stopping on a non-finite value"""
-    checkpoint_every_seconds: float = 300.0
+    checkpoint_every_seconds: float = 60.0
     """write the run's resumable state to `runs/{run_name}/{exp_name}.model` after the first iteration that
     ends this many seconds after the last checkpoint (0: off), and on every early stop; removed at the end
     unless --save-model"""
@@ -904,28 +899,17 @@ def first_nonfinite(losses: dict, params_finite) -> str | None:
     return None
 
 
-def lowest_cpu_priority():
-    # Linux gives each thread a nice value of its own, and the threads EnvPool starts inherit it.
-    os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
-
-
 class IterationLogger:
     """What happens to each iteration that `train` hands over: its scalars and progress line, and on their
-    schedules the evaluation (--eval-every) and the checkpoint (--checkpoint-every-seconds).
-
-    Evaluations run one at a time on a thread beside training, at the lowest CPU priority: they take the time
-    training leaves idle (its update epochs run on one core), and each is logged at the step it evaluated
-    once it has finished. Their results depend on the parameters and the seed alone, not on the timing.
-    """
+    schedules the evaluation (--eval-every) and the checkpoint (--checkpoint-every-seconds)."""
 
     def __init__(self, args: Args, writer, report=print_progress, checkpoint_path: str | None = None):
         self.args, self.writer, self.report, self.checkpoint_path = args, writer, report, checkpoint_path
-        self.evaluator = ThreadPoolExecutor(1, initializer=lowest_cpu_priority) if args.eval_every else None
-        self.evaluations = collections.deque()  # (global_step, future) in the order submitted
-        self.last_evaluation: Evaluation | None = None  # after finish(): of the final policy
+        self.last_evaluation: Evaluation | None = None  # with --eval-every: at the end, of the final policy
 
     def start(self, global_step: int):
         self.start_time, self.start_step = time.time(), global_step
+        self.eval_seconds = 0.0  # spent in evaluations, which charts/SPS leaves out
         self.last_checkpoint_time = time.monotonic()
 
     def log(self, iteration: int, state: RunState, figures) -> str | None:
@@ -934,7 +918,7 @@ class IterationLogger:
         stats, losses, (params_finite, lr) = jax.device_get(figures)
         if failure := first_nonfinite(losses, params_finite):
             return f"{failure} at iteration {iteration} (global_step {global_step})"
-        sps = int((global_step - self.start_step) / (time.time() - self.start_time))
+        sps = int((global_step - self.start_step) / (time.time() - self.start_time - self.eval_seconds))
         has_episodes = stats["num_episodes"] > 0
         if has_episodes:
             writer.add_scalar("charts/episodic_return", stats["episodic_return"], global_step)
@@ -951,34 +935,19 @@ class IterationLogger:
             global_step // args.eval_every > (global_step - args.batch_size) // args.eval_every
             or iteration == args.num_iterations
         ):
-            params, obs_rms = state.train_state.params, state.env_state.obs_rms
-            self.evaluations.append((global_step, self.evaluator.submit(evaluate, args, params, obs_rms)))
+            eval_start = time.time()
+            evaluation = evaluate(args, state.train_state.params, state.env_state.obs_rms)
+            self.eval_seconds += time.time() - eval_start
+            self.last_evaluation = evaluation
+            writer.add_scalar("eval/episodic_return", evaluation.returns.mean(), global_step)
+            line += f" eval={evaluation.returns.mean():.1f}"
+        self.report(global_step, line)
         interval = args.checkpoint_every_seconds
-        checkpoint_due = self.checkpoint_path and interval and time.monotonic() - self.last_checkpoint_time >= interval
-        # A checkpoint waits for the evaluations before it, so that a resumed run misses none.
-        self.report(global_step, line + self.write_evaluations(wait=checkpoint_due))
-        if checkpoint_due:
+        if self.checkpoint_path and interval and time.monotonic() - self.last_checkpoint_time >= interval:
             writer.flush()  # the log up to the checkpoint is on disk before it, so a resumed run has no gap
             save_checkpoint(self.checkpoint_path, args, state)
             self.last_checkpoint_time = time.monotonic()
         return None
-
-    def write_evaluations(self, wait: bool) -> str:
-        """Log the evaluations that have finished (all of them, with `wait`); returns their progress-line part."""
-        line = ""
-        while self.evaluations and (wait or self.evaluations[0][1].done()):
-            global_step, future = self.evaluations.popleft()
-            self.last_evaluation = future.result()
-            self.writer.add_scalar("eval/episodic_return", self.last_evaluation.returns.mean(), global_step)
-            line += f" eval_step={global_step} eval={self.last_evaluation.returns.mean():.1f}"
-        return line
-
-    def finish(self):
-        """Wait for the evaluations still running and log them."""
-        if self.evaluator is not None:
-            if line := self.write_evaluations(wait=True):
-                self.report(None, line.lstrip())
-            self.evaluator.shutdown()
 
 
 def start_wandb(args: Args, run_name: str):
