@@ -950,6 +950,48 @@ class IterationLogger:
         return None
 
 
+class TensorBoardWriter:
+    """CleanRL's `writer.add_scalar` and `add_text` on TensorBoard's own event-file writer, whose flush
+    returns once every event added before it is on disk (tensorboardX's leaves queued ones behind), as the
+    checkpoints need.
+
+    With `purge_step`, the file begins with a restart marker: TensorBoard (and report.py, which reads
+    through it) drops every event of an earlier file at or after that step, so a resumed run supersedes
+    what the run logged after its checkpoint.
+    """
+
+    def __init__(self, logdir: str, purge_step: int | None = None):
+        from tensorboard.compat.proto import event_pb2, summary_pb2, tensor_pb2, types_pb2
+        from tensorboard.summary.writer.event_file_writer import EventFileWriter
+
+        self.proto = types.SimpleNamespace(event=event_pb2, summary=summary_pb2, tensor=tensor_pb2, types=types_pb2)
+        self.events = EventFileWriter(logdir)
+        if purge_step is not None:
+            restart = event_pb2.SessionLog(status=event_pb2.SessionLog.START)
+            self.events.add_event(event_pb2.Event(wall_time=time.time(), step=purge_step, session_log=restart))
+
+    def add_summary(self, value, step: int):
+        summary = self.proto.summary.Summary(value=[value])
+        self.events.add_event(self.proto.event.Event(wall_time=time.time(), step=step, summary=summary))
+
+    def add_scalar(self, tag: str, value, step: int):
+        self.add_summary(self.proto.summary.Summary.Value(tag=tag, simple_value=float(value)), step)
+
+    def add_text(self, tag: str, text: str, step: int):
+        """Logged as `{tag}/text_summary`, the name tensorboardX and PyTorch give it."""
+        plugin = self.proto.summary.SummaryMetadata.PluginData(plugin_name="text")
+        tensor = self.proto.tensor.TensorProto(dtype=self.proto.types.DT_STRING, string_val=[text.encode()])
+        metadata = self.proto.summary.SummaryMetadata(plugin_data=plugin)
+        value = self.proto.summary.Summary.Value(tag=f"{tag}/text_summary", metadata=metadata, tensor=tensor)
+        self.add_summary(value, step)
+
+    def flush(self):
+        self.events.flush()
+
+    def close(self):
+        self.events.close()
+
+
 def start_wandb(args: Args, run_name: str):
     """W&B with TensorBoard sync. Without credentials it tracks offline instead of prompting for a login."""
     import wandb
@@ -1103,12 +1145,8 @@ def run_training(args: Args, checkpoint: dict | None):
     # The state is kept when the run stops early if it is kept at all: as a checkpoint or as the model.
     keep_state = args.save_model or args.checkpoint_every_seconds > 0
     wandb = start_wandb(args, run_name) if args.track else None
-    from tensorboardX import SummaryWriter
-
-    # A resumed run supersedes what was logged after its checkpoint (a kill leaves some): TensorBoard, and
-    # report.py through it, drop every event of an earlier file at or after the purge step.
     start_step = int(checkpoint["global_step"]) if args.resume else 0
-    writer = SummaryWriter(run_dir, purge_step=start_step + 1 if args.resume else None)
+    writer = TensorBoardWriter(run_dir, purge_step=start_step + 1 if args.resume else None)
     writer.add_text(
         "hyperparameters",
         "|param|value|\n|-|-|\n" + "\n".join(f"|{key}|{value}|" for key, value in asdict(args).items()),

@@ -142,8 +142,8 @@ def benchmark(*args, cwd=None, timeout=300, env=None) -> subprocess.CompletedPro
 
 
 def read_events(run_dir: Path):
-    """All events of a run, parsed from the TFRecord framing with tensorboardX's own protobuf."""
-    from tensorboardX.proto import event_pb2
+    """All events of a run, parsed from the TFRecord framing with TensorBoard's own protobuf."""
+    from tensorboard.compat.proto import event_pb2
 
     events = []
     for path in sorted(run_dir.glob("events.out.tfevents.*")):
