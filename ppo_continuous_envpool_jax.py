@@ -1103,11 +1103,13 @@ def envpool_version() -> tuple[int, ...]:
 def refusal(env_id: str) -> str | None:
     """Why this script cannot train the registered task `env_id`, or None."""
     spec = envpool.make_spec(env_id)
-    obs_space = spec.observation_space
+    with warnings.catch_warnings():  # gymnasium's, about the float64 bounds of some families' float32 Boxes
+        warnings.simplefilter("ignore")
+        obs_space, action_space = spec.observation_space, spec.action_space
     leaves = jax.tree.leaves(dict(obs_space)) if isinstance(obs_space, Mapping) else [obs_space]
     players = getattr(spec.config, "max_num_players", 1)
     reasons = [
-        "discrete actions" if not hasattr(spec.action_space, "low") else None,
+        "discrete actions" if not hasattr(action_space, "low") else None,
         "pixel observations" if any(getattr(leaf, "dtype", None) == np.uint8 for leaf in leaves) else None,
         f"{players} players" if players > 1 else None,
     ]
@@ -1263,7 +1265,8 @@ def run_training(args: Args, checkpoint: dict | None):
     if args.resume:  # continue in the run directory of the checkpoint
         run_dir = os.path.dirname(args.resume) or "."
     else:
-        run_dir = f"runs/{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}"
+        # One directory for an id with a family prefix (MetaWorld/Reach-v3), where report.py looks for runs.
+        run_dir = f"runs/{args.env_id.replace('/', '-')}__{args.exp_name}__{args.seed}__{int(time.time())}"
     run_name = os.path.basename(os.path.abspath(run_dir))
     model_path = args.resume or os.path.join(run_dir, f"{args.exp_name}.model")
     print(f"run_dir={run_dir}", flush=True)

@@ -23,7 +23,7 @@ def saved_policy(run_dir, **overrides):
 def numpy_evaluation(args, params, obs_rms):
     """The evaluation as it was before it was compiled: EnvPool's NumPy API, one jitted mean action a step."""
     envs = envpool.make(args.env_id, env_type="gymnasium", num_envs=args.eval_episodes, seed=args.seed)
-    network = ppo.make_network(args, envs.action_space)
+    network = ppo.make_network(args, envs)
     low, high = envs.action_space.low.astype(np.float32), envs.action_space.high.astype(np.float32)
 
     @jax.jit
