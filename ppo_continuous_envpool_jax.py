@@ -1091,7 +1091,7 @@ def mujoco_env_ids() -> list[str]:
 def register_every_family():
     """Run EnvPool's own `envpool.entry`, which the stand-in replaced, so that every id EnvPool ships is known."""
     spec = importlib.machinery.PathFinder.find_spec("entry", envpool.__path__)
-    # A family whose libraries are missing here (procgen needs Qt) leaves its ids unknown, no more.
+    # A family that cannot be imported here leaves its ids unknown, no more.
     with contextlib.suppress(ImportError, OSError):
         spec.loader.exec_module(importlib.util.module_from_spec(spec))
 
@@ -1100,22 +1100,30 @@ def envpool_version() -> tuple[int, ...]:
     return tuple(int(part) for part in envpool.__version__.split(".")[:3])
 
 
-def refusal(env_id: str) -> str | None:
-    """Why this script cannot train the registered task `env_id`, or None."""
-    spec = envpool.make_spec(env_id)
+def unsupported_features(spec) -> list[str]:
+    """What in a task's spec this PPO cannot handle."""
     with warnings.catch_warnings():  # gymnasium's, about the float64 bounds of some families' float32 Boxes
         warnings.simplefilter("ignore")
         obs_space, action_space = spec.observation_space, spec.action_space
     leaves = jax.tree.leaves(dict(obs_space)) if isinstance(obs_space, Mapping) else [obs_space]
     players = getattr(spec.config, "max_num_players", 1)
-    reasons = [
+    features = [
         "discrete actions" if not hasattr(action_space, "low") else None,
         "pixel observations" if any(getattr(leaf, "dtype", None) == np.uint8 for leaf in leaves) else None,
         f"{players} players" if players > 1 else None,
     ]
-    if reasons := [reason for reason in reasons if reason]:
+    return [feature for feature in features if feature]
+
+
+def refusal(env_id: str) -> str | None:
+    """Why this script cannot train the registered task `env_id`, or None."""
+    try:
+        features = unsupported_features(envpool.make_spec(env_id))
+    except (ImportError, RuntimeError):  # the specs of some other families need what is not installed (procgen: Qt)
+        features = []
+    if features:
         return (
-            f"--env-id {env_id} has {' and '.join(reasons)}; this PPO trains one player's continuous actions "
+            f"--env-id {env_id} has {' and '.join(features)}; this PPO trains one player's continuous actions "
             "from vector observations (--list-tasks lists the tasks it accepts)"
         )
     if not task_family(env_id).startswith("envpool.mujoco."):
