@@ -335,7 +335,7 @@ class ActorCritic(nn.Module):
     action_dim: int
     hidden_sizes: tuple[int, ...]
     init_log_std: float
-    policy_obs_dim: int  # the policy sees obs[..., :policy_obs_dim], the critic all of obs (ObservationLayout)
+    policy_obs_dim: int | None = None  # the policy sees obs[..., :policy_obs_dim] (None: all), the critic all
 
     @nn.compact
     def __call__(self, obs):
