@@ -146,7 +146,8 @@ def make_envs(env_id: str, num_envs: int, num_threads: int, seed: int):
 
 # MuJoCo Playground's privileged_state holds what a real robot cannot measure: it is for the critic alone.
 CRITIC_ONLY_KEYS = ("privileged_state",)
-# MetaWorld, Adroit and the mazes report `success`, Fetch and the Shadow hand `is_success`, MyoSuite `solved`.
+# MetaWorld, Adroit, the mazes and four Playground tasks report `success`; Fetch and the Shadow hand
+# `is_success`; MyoSuite `solved`.
 SUCCESS_KEYS = ("success", "is_success", "solved")
 
 
