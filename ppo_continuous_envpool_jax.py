@@ -15,15 +15,18 @@ import argparse
 import contextlib
 import difflib
 import glob
+import importlib.machinery
+import importlib.util
 import json
 import math
 import os
 import signal
 import sys
+import textwrap
 import time
 import types
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, replace
 from functools import partial
 from typing import Literal, NamedTuple
@@ -36,12 +39,16 @@ if "--xla_cpu_prefer_vector_width" not in os.environ.get("XLA_FLAGS", ""):
     os.environ["XLA_FLAGS"] = os.environ.get("XLA_FLAGS", "") + " --xla_cpu_prefer_vector_width=512"
 
 # `import envpool` registers every family EnvPool ships through `envpool.entry`, 1.5-3 s of start-up. An
-# empty stand-in for that module skips it; the families this script can use are registered by hand (and
-# classic control, so that --env-id Pendulum-v1 gets a precise error).
+# empty stand-in for that module skips it; the six MuJoCo families, all this script trains, are registered
+# by hand, and the others only to say why an id of theirs cannot be trained (`register_every_family`).
 sys.modules.setdefault("envpool.entry", types.ModuleType("envpool.entry"))
 import envpool
-import envpool.classic_control.registration
+import envpool.mujoco.dmc.registration
 import envpool.mujoco.gym.registration
+import envpool.mujoco.metaworld.registration
+import envpool.mujoco.myosuite.registration
+import envpool.mujoco.playground.registration
+import envpool.mujoco.robotics.registration
 import flax
 import flax.linen as nn
 import jax
@@ -131,18 +138,100 @@ class PPOArgs:
 def make_envs(env_id: str, num_envs: int, num_threads: int, seed: int):
     """EnvPool's MuJoCo batch plus its jit-able XLA step function."""
     envs = envpool.make(env_id, env_type="gymnasium", num_envs=num_envs, num_threads=num_threads, seed=seed)
-    # The FFI buffers are declared with x64 on: MuJoCo observations and actions are float64.
+    # The FFI buffers are declared with x64 on: MuJoCo observations, and most tasks' actions, are float64.
     with jax.enable_x64(True):
         handle, _recv, _send, xla_step = envs.xla()
     return envs, handle, xla_step
 
 
-def env_step(xla_step, handle, action):
-    """The float64 boundary: float32 actions in, float32 observations out, x64 only for the call itself."""
+# MuJoCo Playground's privileged_state holds what a real robot cannot measure: it is for the critic alone.
+CRITIC_ONLY_KEYS = ("privileged_state",)
+# MetaWorld, Adroit, the mazes and four Playground tasks report `success`; Fetch and the Shadow hand
+# `is_success`; MyoSuite `solved`.
+SUCCESS_KEYS = ("success", "is_success", "solved")
+
+
+class ObservationLayout(NamedTuple):
+    """How a task's observation becomes one vector per environment.
+
+    A Box stays as it is. A dict (DMC, robotics, Playground) becomes its arrays, each flattened per
+    environment (a scalar has width 1), concatenated in sorted key order, nested dicts sorted too: the order
+    of gymnasium's FlattenObservation on a Dict space made from them. The critic-only keys come after the
+    others, so that the policy's input is the vector's first `policy_dim` features and the critic's all of it.
+    """
+
+    keys: tuple[tuple[str, ...], ...]  # key paths in the vector's order; () for a Box observation
+    policy_dim: int
+
+
+def observation_layout(space) -> ObservationLayout:
+    if not isinstance(space, Mapping):
+        return ObservationLayout((), math.prod(space.shape))
+
+    def widths(space, prefix):
+        for key in sorted(space):
+            if isinstance(space[key], Mapping):
+                yield from widths(space[key], (*prefix, key))
+            else:
+                yield (*prefix, key), math.prod(space[key].shape)
+
+    policy, critic_only = [], []
+    for path, width in widths(space, ()):
+        (critic_only if path[0] in CRITIC_ONLY_KEYS else policy).append((path, width))
+    return ObservationLayout(tuple(path for path, _ in policy + critic_only), sum(width for _, width in policy))
+
+
+def flatten_observation(obs, keys: tuple[tuple[str, ...], ...]):
+    """A batch of observations (a Box's (N, obs_dim) array, or a dict of (N, ...) arrays) as (N, obs_dim)."""
+    if not keys:
+        return obs
+    parts = []
+    for path in keys:
+        part = obs
+        for key in path:
+            part = part[key]
+        parts.append(part.reshape(part.shape[0], -1))
+    return jnp.concatenate(parts, axis=1)
+
+
+def reset_observation(envs):
+    """`envs.reset()`'s first observations, laid out as `env_step` lays out the others."""
+    return flatten_observation(envs.reset()[0], observation_layout(envs.observation_space).keys)
+
+
+class EnvFunctions(NamedTuple):
+    """What the compiled programs need of EnvPool: its step, the action bounds and dtype, how observations are
+    flattened, and where the task reports success."""
+
+    xla_step: object
+    action_low: jax.Array  # (act_dim,)
+    action_high: jax.Array
+    action_dtype: np.dtype  # as the task declares: float32 for MetaWorld, robotics and MyoSuite
+    obs_keys: tuple[tuple[str, ...], ...]  # ObservationLayout.keys
+    success_key: str | None  # the key of `info` that flags success, for the tasks that report it
+
+
+def env_functions(envs, xla_step) -> EnvFunctions:
+    space = envs.action_space
+    info_keys = {key.removeprefix("info:") for key in envs.spec.state_array_spec if key.startswith("info:")}
+    return EnvFunctions(
+        xla_step=xla_step,
+        action_low=space.low.astype(np.float32),
+        action_high=space.high.astype(np.float32),
+        action_dtype=space.dtype,
+        obs_keys=observation_layout(envs.observation_space).keys,
+        success_key=next((key for key in SUCCESS_KEYS if key in info_keys), None),
+    )
+
+
+def env_step(env: EnvFunctions, handle, action):
+    """The float64 boundary: float32 actions in (sent in the task's dtype), float32 observations out, x64 only
+    for the call itself; and each step's success flag (False where the task reports none)."""
     with jax.enable_x64(True):
-        handle, (obs, reward, terminated, truncated, _info) = xla_step(handle, action.astype(jnp.float64))
-        obs = obs.astype(jnp.float32)
-    return handle, obs, reward.astype(jnp.float32), terminated, truncated
+        handle, (obs, reward, terminated, truncated, info) = env.xla_step(handle, action.astype(env.action_dtype))
+        obs = flatten_observation(obs, env.obs_keys).astype(jnp.float32)
+        success = info[env.success_key] > 0 if env.success_key else jnp.zeros_like(terminated)
+    return handle, obs, reward.astype(jnp.float32), terminated, truncated, success
 
 
 def to_env_action(action, low, high, clip: bool):
@@ -247,6 +336,7 @@ class ActorCritic(nn.Module):
     action_dim: int
     hidden_sizes: tuple[int, ...]
     init_log_std: float
+    policy_obs_dim: int | None = None  # the policy sees obs[..., :policy_obs_dim] (None: all), the critic all
 
     @nn.compact
     def __call__(self, obs):
@@ -255,14 +345,15 @@ class ActorCritic(nn.Module):
                 x = nn.tanh(nn.Dense(size, kernel_init=nn.initializers.orthogonal(np.sqrt(2)))(x))
             return nn.Dense(out_dim, kernel_init=nn.initializers.orthogonal(out_scale))(x)
 
-        mean = mlp(obs, self.action_dim, 0.01)
+        mean = mlp(obs[..., : self.policy_obs_dim], self.action_dim, 0.01)
         log_std = self.param("log_std", nn.initializers.constant(self.init_log_std), (self.action_dim,))
         value = mlp(obs, 1, 1.0).squeeze(-1)
         return mean, log_std, value
 
 
-def make_network(args: PPOArgs, action_space) -> ActorCritic:
-    return ActorCritic(action_space.shape[0], tuple(args.hidden_sizes), args.init_log_std)
+def make_network(args: PPOArgs, envs) -> ActorCritic:
+    policy_obs_dim = observation_layout(envs.observation_space).policy_dim
+    return ActorCritic(envs.action_space.shape[0], tuple(args.hidden_sizes), args.init_log_std, policy_obs_dim)
 
 
 def gaussian_log_prob(mean, log_std, action):
@@ -272,14 +363,6 @@ def gaussian_log_prob(mean, log_std, action):
 # ---------------------------------------------------------------------------------------------------
 # Rollout: one lax.scan over num_steps, no Python per environment step.
 # ---------------------------------------------------------------------------------------------------
-
-
-class EnvFunctions(NamedTuple):
-    """What the rollout needs of EnvPool: its compiled step and the action bounds."""
-
-    xla_step: object
-    action_low: jax.Array  # (act_dim,)
-    action_high: jax.Array
 
 
 class Transition(NamedTuple):
@@ -297,14 +380,15 @@ class EpisodeEnd(NamedTuple):
     done: jax.Array  # (N,) an episode ended at this step
     episode_return: jax.Array  # (N,) its raw return where done
     episode_length: jax.Array  # (N,) where done
+    success: jax.Array  # (N,) the task's success flag at this step (False where it reports none)
 
 
 def rollout_step(params, env_state: EnvState, key, *, env: EnvFunctions, apply_fn, args: PPOArgs):
     mean, log_std, value = apply_fn(params, env_state.obs)
     action = mean + jnp.exp(log_std) * jax.random.normal(key, mean.shape)
     log_prob = gaussian_log_prob(mean, log_std, action)
-    handle, next_obs, reward, terminated, truncated = env_step(
-        env.xla_step, env_state.handle, to_env_action(action, env.action_low, env.action_high, args.clip_action)
+    handle, next_obs, reward, terminated, truncated, success = env_step(
+        env, env_state.handle, to_env_action(action, env.action_low, env.action_high, args.clip_action)
     )
 
     # On a reset step EnvPool ignored the action and returned reward 0: that reward counts towards no return
@@ -343,7 +427,7 @@ def rollout_step(params, env_state: EnvState, key, *, env: EnvFunctions, apply_f
         episode_return=episode_return,
         episode_length=episode_length,
     )
-    return env_state, (transition, EpisodeEnd(done, episode_return, episode_length))
+    return env_state, (transition, EpisodeEnd(done, episode_return, episode_length, success))
 
 
 def rollout(params, env_state: EnvState, key, *, env: EnvFunctions, apply_fn, args: PPOArgs):
@@ -435,7 +519,18 @@ def collect(params, env_state: EnvState, key, *, env: EnvFunctions, apply_fn, ar
         / jnp.maximum(num_episodes, 1),
         "explained_variance": explained_variance(batch.value, batch.target, batch.valid),
     }
+    if env.success_key:
+        stats["success_rate"] = success_rate(episode_end)
     return env_state, transitions, batch, stats
+
+
+def success_rate(episode_end: EpisodeEnd):
+    """The fraction of the episodes ending in `episode_end` (T, N) that succeeded.
+
+    An episode succeeded if the task flagged success at its last step: where the goal was reached and then
+    lost, it was not. Before the first episode ends, 0.
+    """
+    return (episode_end.done & episode_end.success).sum() / jnp.maximum(episode_end.done.sum(), 1)
 
 
 def recompute_batch(params, transitions: Transition, last_obs, return_rms, *, apply_fn, args: PPOArgs):
@@ -548,7 +643,7 @@ def train(args: PPOArgs, logger: "IterationLogger", stop: "StopRequest | None" =
     """PPO from `args`, or from `checkpoint` on, until --total-timesteps, a non-finite value, or `stop`."""
     envs, handle, xla_step = make_envs(args.env_id, args.num_envs, args.num_threads, args.seed)
     programs = make_programs(args, envs, xla_step)
-    state = initial_state(programs, handle, envs.reset()[0], checkpoint)
+    state = initial_state(programs, handle, reset_observation(envs), checkpoint)
     logger.start(state.global_step)
 
     # Iteration i is dispatched while i-1 still runs its epochs (on one core), and i-1 is logged once i's
@@ -609,9 +704,9 @@ class Programs(NamedTuple):
 def make_programs(args: PPOArgs, envs, xla_step) -> Programs:
     """Keep `envs` alive until the programs' results are ready: JAX returns before a rollout ends, and a
     rollout whose EnvPool was freed waits for it forever (`train` holds `envs` to the end)."""
-    network = make_network(args, envs.action_space)
+    network = make_network(args, envs)
     optimizer, learning_rate = make_optimizer(args)
-    env = EnvFunctions(xla_step, envs.action_space.low.astype(np.float32), envs.action_space.high.astype(np.float32))
+    env = env_functions(envs, xla_step)
 
     # Compiled as one program although it runs once: every op run eagerly would be compiled on its own.
     def init_states(handle, first_obs, statistics):
@@ -676,6 +771,8 @@ class Args(PPOArgs):
     """record the first evaluation episode to `videos/{run_name}/eval.mp4` (needs OpenGL: EGL or OSMesa)"""
     evaluate: str | None = None
     """evaluate the model saved at this path instead of training (task and network come from the file)"""
+    list_tasks: bool = False
+    """print the --env-id values this script accepts, by family, and exit"""
     resume: str | None = None
     """continue the run whose model or checkpoint is at this path (the .model file or its run directory): its
     flags are the defaults, flags given now override them (not --env-id, --hidden-sizes, --norm-obs,
@@ -748,6 +845,7 @@ class Evaluation(NamedTuple):
     returns: np.ndarray  # (--eval-episodes,)
     lengths: np.ndarray  # (--eval-episodes,)
     first_actions: np.ndarray  # (max episode steps, act_dim) as sent in the first episode, for its video
+    successes: np.ndarray | None  # (--eval-episodes,) bool, where the task reports success (see success_rate)
 
 
 class EvalCarry(NamedTuple):
@@ -756,6 +854,7 @@ class EvalCarry(NamedTuple):
     t: jax.Array  # steps so far
     done: jax.Array  # (E,) the environment's episode has ended
     lengths: jax.Array  # (E,)
+    successes: jax.Array  # (E,) the success flag of the episode's latest step, so of its last once done
     rewards: jax.Array  # (max episode steps, E), 0 after the episode's end
     first_actions: jax.Array  # (max episode steps, act_dim)
 
@@ -769,8 +868,7 @@ def evaluate(args: Args, params, obs_rms: RunningMeanStd) -> Evaluation:
     starts. A new EnvPool means a new compile (about 0.1 s): the program is bound to the pool it steps.
     """
     envs, handle, xla_step = make_envs(args.env_id, args.eval_episodes, args.num_threads, args.seed)
-    network = make_network(args, envs.action_space)
-    low, high = envs.action_space.low.astype(np.float32), envs.action_space.high.astype(np.float32)
+    network, env = make_network(args, envs), env_functions(envs, xla_step)
     num_episodes, max_steps = args.eval_episodes, envs.spec.config.max_episode_steps
 
     @jax.jit
@@ -780,8 +878,8 @@ def evaluate(args: Args, params, obs_rms: RunningMeanStd) -> Evaluation:
 
         def step(carry: EvalCarry):
             mean = network.apply(params, standardize(obs_rms, carry.obs) if args.norm_obs else carry.obs)[0]
-            action = to_env_action(mean, low, high, args.clip_action)
-            handle, obs, reward, terminated, truncated = env_step(xla_step, carry.handle, action)
+            action = to_env_action(mean, env.action_low, env.action_high, args.clip_action)
+            handle, obs, reward, terminated, truncated, success = env_step(env, carry.handle, action)
             # A finished environment goes on stepping (EnvPool steps them all); what it does is not counted.
             return EvalCarry(
                 handle=handle,
@@ -789,6 +887,7 @@ def evaluate(args: Args, params, obs_rms: RunningMeanStd) -> Evaluation:
                 t=carry.t + 1,
                 done=carry.done | terminated | truncated,
                 lengths=carry.lengths + ~carry.done,
+                successes=jnp.where(carry.done, carry.successes, success),
                 rewards=carry.rewards.at[carry.t].set(jnp.where(carry.done, 0.0, reward)),
                 first_actions=carry.first_actions.at[carry.t].set(action[0]),
             )
@@ -799,15 +898,17 @@ def evaluate(args: Args, params, obs_rms: RunningMeanStd) -> Evaluation:
             t=0,
             done=jnp.zeros(num_episodes, bool),
             lengths=jnp.zeros(num_episodes, jnp.int32),
+            successes=jnp.zeros(num_episodes, bool),
             rewards=jnp.zeros((max_steps, num_episodes)),
-            first_actions=jnp.zeros((max_steps, low.shape[0])),
+            first_actions=jnp.zeros((max_steps, env.action_low.shape[0])),
         )
         return jax.lax.while_loop(unfinished, step, carry)
 
-    first_obs = jnp.asarray(envs.reset()[0], jnp.float32)
+    first_obs = jnp.asarray(reset_observation(envs), jnp.float32)
     carry = jax.device_get(play(params, obs_rms, handle, first_obs))
+    successes = carry.successes if env.success_key else None
     # Summed on the host in float64, as EnvPool's NumPy API would give them.
-    return Evaluation(carry.rewards.astype(np.float64).sum(0), carry.lengths, carry.first_actions)
+    return Evaluation(carry.rewards.astype(np.float64).sum(0), carry.lengths, carry.first_actions, successes)
 
 
 VIDEO_SIZE = (320, 240)  # width, height
@@ -825,7 +926,7 @@ def record_video(args: Args, evaluation: Evaluation, path: str):
     envs.reset()
     frames = [envs.render()[0]]
     for action in evaluation.first_actions[: evaluation.lengths[0]]:
-        envs.step(np.asarray(action[None], np.float64))
+        envs.step(np.asarray(action[None], envs.action_space.dtype))
         frames.append(envs.render()[0])
     import imageio.v3 as iio
 
@@ -923,6 +1024,8 @@ class IterationLogger:
         if has_episodes:
             writer.add_scalar("charts/episodic_return", stats["episodic_return"], global_step)
             writer.add_scalar("charts/episodic_length", stats["episodic_length"], global_step)
+            if "success_rate" in stats:
+                writer.add_scalar("charts/success_rate", stats["success_rate"], global_step)
         writer.add_scalar("charts/learning_rate", lr, global_step)
         for name, value in losses.items():
             writer.add_scalar(f"losses/{name}", value, global_step)
@@ -939,7 +1042,7 @@ class IterationLogger:
             evaluation = evaluate(args, state.train_state.params, state.env_state.obs_rms)
             self.eval_seconds += time.time() - eval_start
             self.last_evaluation = evaluation
-            writer.add_scalar("eval/episodic_return", evaluation.returns.mean(), global_step)
+            log_evaluation(writer, evaluation, global_step)
             line += f" eval={evaluation.returns.mean():.1f}"
         self.report(global_step, line)
         interval = args.checkpoint_every_seconds
@@ -948,6 +1051,12 @@ class IterationLogger:
             save_checkpoint(self.checkpoint_path, args, state)
             self.last_checkpoint_time = time.monotonic()
         return None
+
+
+def log_evaluation(writer, evaluation: Evaluation, global_step: int):
+    writer.add_scalar("eval/episodic_return", evaluation.returns.mean(), global_step)
+    if evaluation.successes is not None:
+        writer.add_scalar("eval/success_rate", evaluation.successes.mean(), global_step)
 
 
 class TensorBoardWriter:
@@ -1013,10 +1122,78 @@ def start_wandb(args: Args, run_name: str):
     return wandb
 
 
-def mujoco_env_ids() -> list[str]:
+def task_family(env_id: str) -> str:
     # EnvPool has no public "list by family"; the first field of a registry entry is the task's module.
-    specs = envpool.registration.registry.specs
-    return sorted(env_id for env_id, spec in specs.items() if spec[0] == "envpool.mujoco.gym")
+    return envpool.registration.registry.specs[env_id][0]
+
+
+def mujoco_env_ids() -> list[str]:
+    return sorted(env_id for env_id in envpool.list_all_envs() if task_family(env_id).startswith("envpool.mujoco."))
+
+
+def register_every_family():
+    """Run EnvPool's own `envpool.entry`, which the stand-in replaced, so that every id EnvPool ships is known."""
+    spec = importlib.machinery.PathFinder.find_spec("entry", envpool.__path__)
+    # A family that cannot be imported here leaves its ids unknown, no more.
+    with contextlib.suppress(ImportError, OSError):
+        spec.loader.exec_module(importlib.util.module_from_spec(spec))
+
+
+def envpool_version() -> tuple[int, ...]:
+    return tuple(int(part) for part in envpool.__version__.split(".")[:3])
+
+
+def unsupported_features(spec) -> list[str]:
+    """What in a task's spec this PPO cannot handle."""
+    with warnings.catch_warnings():  # gymnasium's, about the float64 bounds of some families' float32 Boxes
+        warnings.simplefilter("ignore")
+        obs_space, action_space = spec.observation_space, spec.action_space
+    leaves = jax.tree.leaves(dict(obs_space)) if isinstance(obs_space, Mapping) else [obs_space]
+    players = getattr(spec.config, "max_num_players", 1)
+    features = [
+        "discrete actions" if not hasattr(action_space, "low") else None,
+        "pixel observations" if any(getattr(leaf, "dtype", None) == np.uint8 for leaf in leaves) else None,
+        f"{players} players" if players > 1 else None,
+    ]
+    return [feature for feature in features if feature]
+
+
+def refusal(env_id: str) -> str | None:
+    """Why this script cannot train the registered task `env_id`, or None."""
+    try:
+        features = unsupported_features(envpool.make_spec(env_id))
+    except (ImportError, RuntimeError):  # the specs of some other families need what is not installed (procgen: Qt)
+        features = []
+    if features:
+        return (
+            f"--env-id {env_id} has {' and '.join(features)}; this PPO trains one player's continuous actions "
+            "from vector observations (--list-tasks lists the tasks it accepts)"
+        )
+    if not task_family(env_id).startswith("envpool.mujoco."):
+        return f"--env-id {env_id} is not an EnvPool MuJoCo task (--list-tasks lists them)"
+    if task_family(env_id) == "envpool.mujoco.myosuite" and envpool_version() < (1, 2, 7):
+        return (
+            f"--env-id {env_id}: envpool {envpool.__version__} resets MyoSuite's tasks to one fixed state every "
+            "episode (fixed in envpool 1.2.7, on Python >= 3.12: uv sync --frozen -p 3.12)"
+        )
+    return None
+
+
+def task_listing() -> str:
+    """The MuJoCo tasks by family: the ids this script accepts, or why it refuses a family."""
+    families = {}
+    for env_id in mujoco_env_ids():
+        families.setdefault(task_family(env_id).removeprefix("envpool.mujoco."), []).append(env_id)
+    lines = []
+    for family, env_ids in sorted(families.items()):
+        accepted = [env_id for env_id in env_ids if refusal(env_id) is None]
+        refused = [env_id for env_id in env_ids if env_id not in accepted]
+        lines.append(f"{family} ({len(accepted)} of {len(env_ids)} ids):")
+        if accepted:
+            lines.append(textwrap.fill(" ".join(accepted), 120, initial_indent="  ", subsequent_indent="  "))
+        if refused:
+            lines.append(f"  {len(refused)} refused, e.g. {refusal(refused[0])}")
+    return "\n".join(lines)
 
 
 def check_args(args: Args) -> str | None:
@@ -1057,16 +1234,13 @@ def check_args(args: Args) -> str | None:
         )
     if args.total_timesteps < batch_size:
         return f"--total-timesteps {args.total_timesteps} is less than one batch ({batch_size} steps)"
-    mujoco_ids = mujoco_env_ids()
     if args.env_id not in envpool.list_all_envs():
-        close = difflib.get_close_matches(args.env_id, mujoco_ids, n=3, cutoff=0.5)
-        hint = f"; did you mean {', '.join(close)}?" if close else f"; MuJoCo tasks: {', '.join(mujoco_ids)}"
-        return f"unknown --env-id {args.env_id!r}{hint}"
-    if not hasattr(envpool.make_spec(args.env_id).action_space, "low"):
-        return f"--env-id {args.env_id} has discrete actions; this PPO needs continuous actions (e.g. HalfCheetah-v4)"
-    if args.env_id not in mujoco_ids:
-        return f"--env-id {args.env_id} is not an EnvPool MuJoCo task; choose one of {', '.join(mujoco_ids)}"
-    return None
+        register_every_family()  # to say why another family's task cannot be trained
+    if args.env_id not in envpool.list_all_envs():
+        close = difflib.get_close_matches(args.env_id, mujoco_env_ids(), n=3, cutoff=0.5)
+        hint = f"did you mean {', '.join(close)}? " if close else ""
+        return f"unknown --env-id {args.env_id!r}; {hint}--list-tasks lists the MuJoCo tasks"
+    return refusal(args.env_id)
 
 
 def parse_args(cli_args: list[str] | None = None) -> tuple[Args, dict | None]:
@@ -1094,6 +1268,9 @@ def parse_args(cli_args: list[str] | None = None) -> tuple[Args, dict | None]:
             seed=saved_args.seed,  # so that it plays the episodes of the evaluations during training
         )
     args = tyro.cli(Args, args=cli_args, default=default)
+    if args.list_tasks:
+        print(task_listing())
+        sys.exit(0)
     error = check_args(args)
     if checkpoint is not None and error is None:
         saved_args = checkpoint["args"]
@@ -1122,9 +1299,10 @@ def run_evaluation(args: Args, params, obs_rms: RunningMeanStd, run_name: str, e
     --capture-video, record the first episode."""
     evaluation = evaluate(args, params, obs_rms) if evaluation is None else evaluation
     returns, lengths = evaluation.returns, evaluation.lengths
+    success = "" if evaluation.successes is None else f", success rate {evaluation.successes.mean():.2f}"
     print(
         f"eval/episodic_return {returns.mean():.1f} +- {returns.std():.1f} over {len(returns)} episodes "
-        f"(mean length {lengths.mean():.0f})"
+        f"(mean length {lengths.mean():.0f}{success})"
     )
     if args.capture_video:
         video_path = f"videos/{run_name}/eval.mp4"
@@ -1138,7 +1316,8 @@ def run_training(args: Args, checkpoint: dict | None):
     if args.resume:  # continue in the run directory of the checkpoint
         run_dir = os.path.dirname(args.resume) or "."
     else:
-        run_dir = f"runs/{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}"
+        # One directory for an id with a family prefix (MetaWorld/Reach-v3), where report.py looks for runs.
+        run_dir = f"runs/{args.env_id.replace('/', '-')}__{args.exp_name}__{args.seed}__{int(time.time())}"
     run_name = os.path.basename(os.path.abspath(run_dir))
     model_path = args.resume or os.path.join(run_dir, f"{args.exp_name}.model")
     print(f"run_dir={run_dir}", flush=True)
@@ -1174,7 +1353,7 @@ def run_training(args: Args, checkpoint: dict | None):
             params, obs_rms = state.train_state.params, state.env_state.obs_rms
             evaluation = run_evaluation(args, params, obs_rms, run_name, logger.last_evaluation)
             if logger.last_evaluation is None:
-                writer.add_scalar("eval/episodic_return", evaluation.returns.mean(), state.global_step)
+                log_evaluation(writer, evaluation, state.global_step)
     finally:
         writer.close()
         if wandb is not None:

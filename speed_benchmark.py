@@ -41,7 +41,7 @@ def raw_envpool_steps_per_second(args: ppo.Args, num_chunks: int, steps_per_chun
     envs.reset()
     space = envs.action_space
     rng = np.random.default_rng(args.seed)
-    actions = rng.uniform(space.low, space.high, (steps_per_chunk, args.num_envs) + space.shape)
+    actions = rng.uniform(space.low, space.high, (steps_per_chunk, args.num_envs) + space.shape).astype(space.dtype)
     rates = []
     for _ in range(num_chunks):
         start = time.perf_counter()
@@ -71,7 +71,7 @@ def phase_milliseconds(args: ppo.Args, iterations: int) -> dict[str, float]:
     """Median milliseconds of each part of an iteration, the training loop's parts timed one at a time."""
     envs, handle, xla_step = ppo.make_envs(args.env_id, args.num_envs, args.num_threads, args.seed)
     programs = ppo.make_programs(args, envs, xla_step)
-    env_state, train_state = programs.init_states(handle, envs.reset()[0], {})
+    env_state, train_state = programs.init_states(handle, ppo.reset_observation(envs), {})
     shuffler = np.random.default_rng(args.seed)
     seconds = {"rollout and first batch": [], "update epoch": [], "advantage recomputation": []}
 

@@ -1,5 +1,5 @@
 """What the tests share: running the script as a user would, reading its TensorBoard logs, training in-process
-with the scalars kept in memory, and the NumPy references for rollouts and advantages."""
+with the scalars kept in memory, and the NumPy and gymnasium references for observations, rollouts and advantages."""
 
 import os
 import re
@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import gymnasium
+import jax
 import jax.numpy as jnp
 import numpy as np
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
@@ -215,3 +217,44 @@ def parse_mean_std(cell: str) -> tuple[float, float]:
     match = re.fullmatch(r"(-?[\d.]+) ± ([\d.]+)(?: †)?", cell)
     assert match, f"not 'mean ± std': {cell!r}"
     return float(match[1]), float(match[2])
+
+
+class _Observing(gymnasium.Env):
+    """Just enough of an environment for gymnasium's observation wrappers."""
+
+    def __init__(self, observation_space):
+        self.observation_space = observation_space
+        self.action_space = gymnasium.spaces.Box(-1.0, 1.0, (1,))
+
+
+def sorted_space(space):
+    """The space rebuilt from plain dicts, whose keys gymnasium's Dict sorts (EnvPool keeps its own order)."""
+    if isinstance(space, gymnasium.spaces.Dict):
+        return gymnasium.spaces.Dict({key: sorted_space(sub) for key, sub in space.spaces.items()})
+    return space
+
+
+def gymnasium_flattened(space, batch, critic_only=("privileged_state",)) -> np.ndarray:
+    """A batch of EnvPool observations (N, ...) through gymnasium's FlattenObservation, one environment at a time,
+    as float32: the keys other than `critic_only` first, then those."""
+    if not isinstance(space, gymnasium.spaces.Dict):
+        return np.asarray(batch, np.float32)
+    groups = [
+        [key for key in space.spaces if key not in critic_only],
+        [key for key in space.spaces if key in critic_only],
+    ]
+    parts = []
+    for keys in filter(None, groups):
+        wrapper = gymnasium.wrappers.FlattenObservation(
+            _Observing(sorted_space(gymnasium.spaces.Dict({k: space[k] for k in keys})))
+        )
+        num_envs = len(jax.tree.leaves(batch)[0])
+        parts.append(
+            np.stack(
+                [
+                    wrapper.observation(jax.tree.map(lambda x, i=i: x[i], {k: batch[k] for k in keys}))
+                    for i in range(num_envs)
+                ]
+            )
+        )
+    return np.concatenate(parts, axis=1).astype(np.float32)

@@ -22,7 +22,7 @@ def test_the_quick_envpool_import_registers_every_mujoco_task():
     # Importing envpool first makes EnvPool register everything, as it does on its own.
     full = run(f"import sys, envpool, ppo_continuous_envpool_jax as ppo; {report}")
     quick = run(f"import sys, ppo_continuous_envpool_jax as ppo; {report}")
-    assert full.endswith("True True") and "'HalfCheetah-v4'" in full
+    assert full.endswith("True True") and "'HalfCheetah-v4'" in full and "'CheetahRun-v1'" in full
     assert quick == full.replace("True True", "False False")
 
 
@@ -32,6 +32,11 @@ def test_the_quick_envpool_import_registers_every_mujoco_task():
         (["--env-id", "HalfCheeta-v4"], "unknown --env-id 'HalfCheeta-v4'; did you mean HalfCheetah-v4"),
         (["--env-id", "CartPole-v1"], "--env-id CartPole-v1 has discrete actions"),
         (["--env-id", "Pendulum-v1"], "--env-id Pendulum-v1 is not an EnvPool MuJoCo task"),
+        (["--env-id", "CheetahRunn-v1"], "unknown --env-id 'CheetahRunn-v1'; did you mean CheetahRun-v1"),
+        (["--env-id", "metaworld/reach-v3"], "did you mean MetaWorld/Reach-v3"),
+        (["--env-id", "CarRacing-v3"], "--env-id CarRacing-v3 has pixel observations; this PPO trains one player's"),
+        (["--env-id", "Pong-v5"], "--env-id Pong-v5 has discrete actions and pixel observations;"),
+        (["--env-id", "IntersectionMultiAgent-v0"], "IntersectionMultiAgent-v0 has discrete actions and 2 players;"),
         (["--num-minibatches", "3"], "--num-minibatches 3 does not divide the batch"),
         (["--num-envs", "0"], "--num-envs must be positive, got 0"),
         (["--num-steps", "-1"], "--num-steps must be positive, got -1"),

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import ppo_continuous_envpool_jax as ppo
-from tests.support import MODEL_NAME, SMALL, run_script, scalars, train_recorded
+from tests.support import MODEL_NAME, SMALL, gymnasium_flattened, run_script, scalars, train_recorded
 
 
 def saved_policy(run_dir, **overrides):
@@ -20,10 +20,11 @@ def saved_policy(run_dir, **overrides):
     return replace(checkpoint["args"], **overrides), params, obs_rms
 
 
-def numpy_evaluation(args, params, obs_rms):
-    """The evaluation as it was before it was compiled: EnvPool's NumPy API, one jitted mean action a step."""
+def numpy_evaluation(args, params, obs_rms, success_key=None):
+    """The evaluation as it was before it was compiled: EnvPool's NumPy API, one jitted mean action a step; with
+    `success_key`, also each episode's success flag at its last step."""
     envs = envpool.make(args.env_id, env_type="gymnasium", num_envs=args.eval_episodes, seed=args.seed)
-    network = ppo.make_network(args, envs.action_space)
+    network = ppo.make_network(args, envs)
     low, high = envs.action_space.low.astype(np.float32), envs.action_space.high.astype(np.float32)
 
     @jax.jit
@@ -33,21 +34,26 @@ def numpy_evaluation(args, params, obs_rms):
 
     obs, _ = envs.reset()
     returns, lengths = np.zeros(args.eval_episodes), np.zeros(args.eval_episodes, int)
-    done = np.zeros(args.eval_episodes, bool)
+    done, successes = np.zeros(args.eval_episodes, bool), np.zeros(args.eval_episodes, bool)
     while not done.all():
-        obs, reward, terminated, truncated, _ = envs.step(np.asarray(policy(obs), np.float64))
+        action = np.asarray(policy(gymnasium_flattened(envs.observation_space, obs)), envs.action_space.dtype)
+        obs, reward, terminated, truncated, info = envs.step(action)
         returns += np.where(done, 0.0, reward)
         lengths += ~done
-        done |= terminated | truncated
-    return returns, lengths
+        ends = ~done & (terminated | truncated)
+        if success_key:
+            successes[ends] = info[success_key][ends] > 0
+        done |= ends
+    return returns, lengths, successes
 
 
 def test_the_compiled_evaluation_plays_the_episodes_of_the_numpy_loop(saved_run):
     run_dir, _ = saved_run
     args, params, obs_rms = saved_policy(run_dir, eval_episodes=6)
     evaluation = ppo.evaluate(args, params, obs_rms)
-    returns, lengths = numpy_evaluation(args, params, obs_rms)
+    returns, lengths, _ = numpy_evaluation(args, params, obs_rms)
     np.testing.assert_array_equal(evaluation.lengths, lengths)
+    assert evaluation.successes is None  # Hopper reports no success
     # The same episodes; the mean action, computed in another compiled program, can differ in its last bits.
     np.testing.assert_allclose(evaluation.returns, returns, rtol=1e-6)
     assert len(set(lengths)) > 1  # Hopper falls: the episodes end at different steps
@@ -95,6 +101,25 @@ def test_eval_every_logs_at_each_multiple_crossed_and_at_the_end_and_leaves_trai
     evaluation = ppo.evaluate(args, result.train_state.params, result.env_state.obs_rms)
     assert eval_log[-1][1] == pytest.approx(evaluation.returns.mean(), rel=1e-6)
     assert len({value for _, value in eval_log}) == 3  # three different policies
+
+
+def test_a_task_that_reports_success_logs_its_rate_in_training_and_evaluation():
+    """FetchReachDense-v4 (float32 actions, a goal dict): the logged rates are those of the episodes' last steps,
+    the evaluation's against the NumPy loop."""
+    cli_args = ["--env-id", "FetchReachDense-v4", "--total-timesteps", "1024", "--eval-episodes", "6", *SMALL]
+    args, _ = ppo.parse_args([*cli_args, "--eval-every", "1024"])
+    result, logged = train_recorded(args)
+    # 50-step episodes: 8 end in each 64-step iteration of 8 environments.
+    assert [step for step, _ in logged["charts/success_rate"]] == [512, 1024]
+    assert all(0 <= rate <= 1 for _, rate in logged["charts/success_rate"])
+    evaluation = ppo.evaluate(args, result.train_state.params, result.env_state.obs_rms)
+    returns, lengths, successes = numpy_evaluation(
+        args, result.train_state.params, result.env_state.obs_rms, "is_success"
+    )
+    np.testing.assert_array_equal(evaluation.lengths, lengths)
+    np.testing.assert_allclose(evaluation.returns, returns, rtol=1e-5)
+    np.testing.assert_array_equal(evaluation.successes, successes)
+    assert logged["eval/success_rate"] == [(1024, pytest.approx(successes.mean()))]
 
 
 def test_evaluate_from_the_file_matches_the_in_memory_evaluation_logged_at_the_end(saved_run, tmp_path):

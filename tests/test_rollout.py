@@ -1,4 +1,4 @@
-"""The compiled rollout against EnvPool's NumPy API, and the float64 boundary."""
+"""The compiled rollout against EnvPool's NumPy API, on gym, DMC and float32-action tasks, and the float64 boundary."""
 
 import envpool
 import jax
@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 import ppo_continuous_envpool_jax as ppo
+from tests.support import gymnasium_flattened
 
 NUM_ENVS, NUM_STEPS = 8, 300
 
@@ -15,7 +16,7 @@ def collect_once(cli_args):
     args, _ = ppo.parse_args(cli_args)
     envs, handle, xla_step = ppo.make_envs(args.env_id, args.num_envs, args.num_threads, args.seed)
     programs = ppo.make_programs(args, envs, xla_step)
-    env_state, train_state = programs.init_states(handle, envs.reset()[0], {})
+    env_state, train_state = programs.init_states(handle, ppo.reset_observation(envs), {})
     # Waited for: EnvPool must outlive the rollout, and JAX returns before the computation is done.
     env_state, _transitions, batch, stats = jax.block_until_ready(
         programs.collect(train_state.params, env_state, jax.random.PRNGKey(1))
@@ -23,19 +24,26 @@ def collect_once(cli_args):
     return args, envs, train_state.params, env_state, batch, stats
 
 
-def small_args(*extra, env_id="Hopper-v4"):
+def small_args(*extra, env_id="Hopper-v4", num_steps=NUM_STEPS):
     # Hopper and Humanoid terminate often under a random policy, so the rollout holds many late resets.
-    size = ["--num-envs", str(NUM_ENVS), "--num-steps", str(NUM_STEPS), "--num-minibatches", "1"]
-    return ["--env-id", env_id, "--seed", "3", *size, "--total-timesteps", str(NUM_ENVS * NUM_STEPS), *extra]
+    size = ["--num-envs", str(NUM_ENVS), "--num-steps", str(num_steps), "--num-minibatches", "1"]
+    return ["--env-id", env_id, "--seed", "3", *size, "--total-timesteps", str(NUM_ENVS * num_steps), *extra]
 
 
 @pytest.mark.parametrize(
-    ("env_id", "clip"),
-    [("Hopper-v4", True), ("Humanoid-v4", True), ("Hopper-v4", False)],  # action bounds +-1 and +-0.4
+    ("env_id", "clip", "num_steps"),
+    [
+        ("Hopper-v4", True, NUM_STEPS),  # action bounds +-1
+        ("Humanoid-v4", True, NUM_STEPS),  # +-0.4
+        ("Hopper-v4", False, NUM_STEPS),
+        ("WalkerWalk-v1", True, 1001),  # DMC: a dict with a scalar; the 1,000-step limit and its reset step
+        ("FetchReachDense-v4", True, NUM_STEPS),  # float32 actions, a goal dict, 50-step episodes, is_success
+    ],
 )
-def test_closed_loop_rollout_replays_exactly_through_the_numpy_api(env_id, clip):
+def test_closed_loop_rollout_replays_exactly_through_the_numpy_api(env_id, clip, num_steps):
     """Each action was computed from the observation just received; replaying the recorded actions through
-    EnvPool's NumPy API from the same seed must give the same observations, episode ends and returns.
+    EnvPool's NumPy API from the same seed must give the same observations (dicts flattened as gymnasium's
+    FlattenObservation does), episode ends, returns and successes.
 
     The returns also check what is sent: the sample clipped to [-1, 1] (or not, with --no-clip-action) and
     scaled to the bounds. MuJoCo clamps the controls itself, so Hopper's observations would agree either
@@ -43,11 +51,11 @@ def test_closed_loop_rollout_replays_exactly_through_the_numpy_api(env_id, clip)
     the scaling."""
     clip_flag = "--clip-action" if clip else "--no-clip-action"
     args, _envs, _params, _env_state, batch, stats = collect_once(
-        small_args("--no-norm-obs", "--reward-norm", "none", clip_flag, env_id=env_id)
+        small_args("--no-norm-obs", "--reward-norm", "none", clip_flag, env_id=env_id, num_steps=num_steps)
     )
-    obs_seen = np.asarray(batch.obs).reshape(NUM_STEPS, NUM_ENVS, -1)
-    actions = np.asarray(batch.action).reshape(NUM_STEPS, NUM_ENVS, -1)
-    valid = np.asarray(batch.valid).reshape(NUM_STEPS, NUM_ENVS)
+    obs_seen = np.asarray(batch.obs).reshape(num_steps, NUM_ENVS, -1)
+    actions = np.asarray(batch.action).reshape(num_steps, NUM_ENVS, -1)
+    valid = np.asarray(batch.valid).reshape(num_steps, NUM_ENVS)
     assert np.abs(actions).max() > 1.5  # the stored samples are unclipped, so their log-probs are exact
 
     replay = envpool.make(args.env_id, env_type="gymnasium", num_envs=NUM_ENVS, seed=args.seed)
@@ -57,21 +65,28 @@ def test_closed_loop_rollout_replays_exactly_through_the_numpy_api(env_id, clip)
     previous_done = np.zeros(NUM_ENVS, bool)
     episode_return = np.zeros(NUM_ENVS)
     finished_returns, finished_lengths, episode_length = [], [], np.zeros(NUM_ENVS, int)
-    for t in range(NUM_STEPS):
-        np.testing.assert_array_equal(obs_seen[t], obs.astype(np.float32), err_msg=f"step {t}")
+    finished_successes = []
+    for t in range(num_steps):
+        expected_obs = gymnasium_flattened(replay.observation_space, obs)
+        np.testing.assert_array_equal(obs_seen[t], expected_obs, err_msg=f"step {t}")
         np.testing.assert_array_equal(valid[t], ~previous_done, err_msg=f"step {t}")
         sent = np.clip(actions[t], -1.0, 1.0) if clip else actions[t]
-        action = (sent * bound.astype(np.float32)).astype(np.float64)
-        obs, reward, terminated, truncated, _ = replay.step(action)
+        action = (sent * bound.astype(np.float32)).astype(replay.action_space.dtype)
+        obs, reward, terminated, truncated, info = replay.step(action)
         episode_return = np.where(previous_done, 0.0, episode_return + reward)
         episode_length = np.where(previous_done, 0, episode_length + 1)
         previous_done = terminated | truncated
         finished_returns.extend(episode_return[previous_done])
         finished_lengths.extend(episode_length[previous_done])
+        finished_successes.extend(info.get("is_success", np.zeros(NUM_ENVS))[previous_done] > 0)
 
-    assert int(stats["num_episodes"]) == len(finished_returns) > NUM_ENVS
+    assert int(stats["num_episodes"]) == len(finished_returns) >= NUM_ENVS
     np.testing.assert_allclose(stats["episodic_return"], np.mean(finished_returns), rtol=1e-5)
     np.testing.assert_allclose(stats["episodic_length"], np.mean(finished_lengths), rtol=1e-6)
+    if "is_success" in info:
+        np.testing.assert_allclose(stats["success_rate"], np.mean(finished_successes), rtol=1e-6)
+    else:
+        assert "success_rate" not in stats
 
 
 def test_actions_are_clipped_to_the_unit_box_then_mapped_onto_asymmetric_bounds():

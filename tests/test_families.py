@@ -1,0 +1,152 @@
+"""EnvPool's MuJoCo families beyond gym: observations flattened as gymnasium flattens them, the critic-only keys,
+the float32-action tasks, success, DMC's time limit, --list-tasks and MyoSuite on an old envpool."""
+
+import subprocess
+import sys
+
+import envpool
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import ppo_continuous_envpool_jax as ppo
+from tests.support import SCRIPT, gymnasium_flattened
+
+
+@pytest.mark.parametrize(
+    "env_id",
+    [
+        "WalkerWalk-v1",  # DMC, with a scalar (`height`) among its arrays
+        "FetchReachDense-v4",  # robotics' goal dict
+        "FrankaKitchen-v1",  # nested dicts, keys with spaces
+        "MuJoCoPlayground/Go1JoystickFlatTerrain-v1",  # state and privileged_state
+        "Hopper-v4",  # a Box, as it is
+    ],
+)
+def test_dict_observations_flatten_as_gymnasiums_flatten_observation(env_id):
+    envs = envpool.make(env_id, env_type="gymnasium", num_envs=3, seed=1)
+    obs, _ = envs.reset()
+    flat = ppo.flatten_observation(obs, ppo.observation_layout(envs.observation_space).keys)
+    np.testing.assert_array_equal(np.asarray(flat, np.float32), gymnasium_flattened(envs.observation_space, obs))
+
+
+def test_the_policy_does_not_see_privileged_state_and_the_critic_does():
+    envs = envpool.make("MuJoCoPlayground/Go1JoystickFlatTerrain-v1", env_type="gymnasium", num_envs=4, seed=1)
+    space = envs.observation_space
+    args, _ = ppo.parse_args(["--env-id", "MuJoCoPlayground/Go1JoystickFlatTerrain-v1"])
+    network = ppo.make_network(args, envs)
+    obs = jnp.asarray(ppo.reset_observation(envs))
+    params = network.init(jax.random.PRNGKey(0), obs)
+    state_dim = space["state"].shape[0]
+    assert obs.shape == (4, state_dim + space["privileged_state"].shape[0])
+    # Changing every privileged feature changes the value and leaves the action's mean exactly as it was.
+    other = obs.at[:, state_dim:].add(1.0)
+    mean, _, value = network.apply(params, obs)
+    other_mean, _, other_value = network.apply(params, other)
+    np.testing.assert_array_equal(mean, other_mean)
+    assert np.all(np.abs(value - other_value) > 0)
+    # And the state itself does reach the policy.
+    assert not np.array_equal(mean, network.apply(params, obs.at[:, :state_dim].add(1.0))[0])
+
+
+def test_the_xla_step_matches_the_numpy_api_on_a_float32_action_task_with_success_flags():
+    """Pre-made random actions, sent as float32 (the task's dtype) through `env_step` in one scan: observations,
+    rewards, episode ends and success flags as EnvPool's NumPy API gives them."""
+    env_id, num_envs, num_steps = "PointMaze_OpenDense-v3", 8, 310  # 300-step episodes; success mid-episode
+    envs, handle, xla_step = ppo.make_envs(env_id, num_envs, 0, seed=3)
+    env = ppo.env_functions(envs, xla_step)
+    assert env.action_dtype == np.float32 and env.success_key == "success"
+    first_obs = ppo.reset_observation(envs)
+    actions = np.random.default_rng(0).uniform(-1, 1, (num_steps, num_envs, 2)).astype(np.float32)
+
+    @jax.jit
+    def run(handle, actions):
+        def step(handle, action):
+            handle, *out = ppo.env_step(env, handle, action)
+            return handle, out
+
+        return jax.lax.scan(step, handle, actions)[1]
+
+    obs, reward, terminated, truncated, success = jax.device_get(run(handle, actions))
+    replay = envpool.make(env_id, env_type="gymnasium", num_envs=num_envs, seed=3)
+    replay_obs, _ = replay.reset()
+    np.testing.assert_array_equal(first_obs, gymnasium_flattened(replay.observation_space, replay_obs))
+    successes = 0
+    for t in range(num_steps):
+        replay_obs, replay_reward, replay_terminated, replay_truncated, info = replay.step(actions[t])
+        np.testing.assert_array_equal(obs[t], gymnasium_flattened(replay.observation_space, replay_obs))
+        np.testing.assert_array_equal(reward[t], replay_reward)
+        np.testing.assert_array_equal(terminated[t] | truncated[t], replay_terminated | replay_truncated)
+        np.testing.assert_array_equal(success[t], info["success"] > 0)
+        successes += success[t].sum()
+    assert successes > 0 and truncated.any()
+
+
+def test_success_rate_counts_the_flag_at_each_episodes_last_step():
+    # By hand, 3 environments over 5 steps (the step after each end is EnvPool's reset step):
+    #   env 0 ends at t=1 succeeding, then at t=4 failing                 -> 1 of 2
+    #   env 1 succeeds at t=2 and fails at its end, t=3 (reached, then lost) -> 0 of 1
+    #   env 2 succeeds at t=0 and t=4 but ends nowhere                     -> not counted
+    done = np.array([[0, 0, 0], [1, 0, 0], [0, 0, 0], [0, 1, 0], [1, 0, 0]], bool)
+    success = np.array([[0, 0, 1], [1, 0, 0], [0, 1, 0], [0, 0, 0], [0, 0, 1]], bool)
+    zeros = np.zeros(done.shape, np.float32)
+    episode_end = ppo.EpisodeEnd(jnp.asarray(done), zeros, zeros, jnp.asarray(success))
+    assert float(ppo.success_rate(episode_end)) == pytest.approx(1 / 3)
+    no_end = ppo.EpisodeEnd(jnp.zeros_like(done), zeros, zeros, jnp.ones_like(success))
+    assert float(ppo.success_rate(no_end)) == 0.0
+
+
+def test_dmc_episodes_end_truncated_at_1000_steps_and_bootstrap_from_the_final_observation():
+    num_envs, num_steps = 4, 1001
+    cli_args = ["--env-id", "CheetahRun-v1", "--num-envs", str(num_envs), "--num-steps", str(num_steps)]
+    cli_args += ["--num-minibatches", "1", "--total-timesteps", str(num_envs * num_steps), "--reward-norm", "none"]
+    args, _ = ppo.parse_args(cli_args)
+    envs, handle, xla_step = ppo.make_envs(args.env_id, args.num_envs, args.num_threads, args.seed)
+    programs = ppo.make_programs(args, envs, xla_step)
+    env_state, train_state = programs.init_states(handle, ppo.reset_observation(envs), {})
+    _, transitions, batch, _ = jax.device_get(programs.collect(train_state.params, env_state, jax.random.PRNGKey(0)))
+    assert not transitions.terminated.any()
+    np.testing.assert_array_equal(transitions.truncated.any(1), np.arange(num_steps) == 999)
+    assert transitions.truncated[999].all() and transitions.is_reset[1000].all()
+    # The trace stops at the time limit, where the target is the last reward plus the discounted value of the
+    # episode's true final observation (the one EnvPool returned with the truncation).
+    targets = batch.target.reshape(num_steps, num_envs)
+    expected = transitions.reward[999] + args.gamma * transitions.value[1000]
+    np.testing.assert_allclose(targets[999], expected, rtol=1e-6)
+    assert np.all(np.abs(transitions.value[1000]) > 0)
+
+
+def test_list_tasks_prints_every_accepted_mujoco_id_by_family():
+    result = subprocess.run(
+        [sys.executable, str(SCRIPT), "--list-tasks"], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert result.returncode == 0, result.stderr
+    listed, family = {}, None
+    for line in result.stdout.splitlines():
+        if not line.startswith(" "):
+            family = line.split()[0]
+            listed[family] = set()
+        elif "refused" not in line:
+            listed[family] |= set(line.split())
+    registered = {}
+    for env_id, spec in envpool.registration.registry.specs.items():
+        if spec[0].startswith("envpool.mujoco."):
+            registered.setdefault(spec[0].removeprefix("envpool.mujoco."), set()).add(env_id)
+    if ppo.envpool_version() < (1, 2, 7):
+        assert listed.pop("myosuite") == set()
+        assert f"myosuite (0 of {len(registered.pop('myosuite'))} ids)" in result.stdout
+    assert listed == registered
+    assert {"CheetahRun-v1", "MetaWorld/Reach-v3", "FetchReachDense-v4", "HalfCheetah-v4"} <= set.union(
+        *listed.values()
+    )
+
+
+def test_myosuite_is_refused_on_an_envpool_that_resets_it_to_one_state():
+    env_id = "MyoSuite/myoElbowPose1D6MRandom-v0"
+    if ppo.envpool_version() >= (1, 2, 7):
+        ppo.parse_args(["--env-id", env_id])
+        return
+    with pytest.raises(SystemExit) as exit_info:
+        ppo.parse_args(["--env-id", env_id])
+    assert exit_info.value.code.startswith(f"error: --env-id {env_id}: envpool {envpool.__version__} resets MyoSuite")
