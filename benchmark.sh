@@ -258,7 +258,7 @@ print_summary() {
     printf "$row" "env" "seed" "status" "action" "duration" "return" "log"
     while IFS=$'\t' read -r index env_id seed; do
         [[ "$index" == "index" ]] && continue
-        name="${env_id}__${seed}"
+        name="${env_id//\//-}__${seed}"
         log="$dir/$name.log"
         state="" rc="" start="" end="" action="" duration="-" detail=""
         if [[ -f "$dir/$name.status" ]]; then
@@ -320,7 +320,7 @@ fi
 read -r -a env_ids <<<"${env_ids_arg//,/ }"
 ((${#env_ids[@]})) || die "--env-ids is empty"
 for env_id in "${env_ids[@]}"; do
-    [[ "$env_id" =~ ^[A-Za-z0-9][A-Za-z0-9._-]*$ ]] || die "--env-ids: '$env_id' is not an env id (letters, digits, . _ -)"
+    [[ "$env_id" =~ ^[A-Za-z0-9][A-Za-z0-9._/-]*$ ]] || die "--env-ids: '$env_id' is not an env id (letters, digits, . _ - /)"
 done
 if [[ $(printf '%s\n' "${env_ids[@]}" | sort | uniq -d) ]]; then
     die "--env-ids lists an env id twice"
@@ -377,7 +377,8 @@ done
 num_runs=${#run_envs[@]}
 [[ -z "$task" ]] || { is_uint "$task" && ((task < num_runs)); } || die "--task must be a run index 0..$((num_runs - 1)), got '$task'"
 
-run_name() { echo "${run_envs[$1]}__${run_seeds[$1]}"; }
+# A run's file names in the sweep directory; "/" (MetaWorld/Reach-v3) becomes "-", as in its run directory.
+run_name() { echo "${run_envs[$1]//\//-}__${run_seeds[$1]}"; }
 
 new_sweep_dir() {
     local base dir

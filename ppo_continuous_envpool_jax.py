@@ -859,13 +859,14 @@ class EvalCarry(NamedTuple):
     first_actions: jax.Array  # (max episode steps, act_dim)
 
 
-def evaluate(args: Args, params, obs_rms: RunningMeanStd) -> Evaluation:
-    """--eval-episodes episodes of the mean action, one per environment, as one compiled loop over EnvPool's
-    XLA step.
+def make_evaluator(args: Args) -> Callable[..., Evaluation]:
+    """(params, obs_rms) -> --eval-episodes episodes of the mean action, one per environment, played by one
+    compiled loop over the XLA step of an EnvPool of its own (the training environments are never stepped).
 
-    The environments are made anew from the run's seed each time: the training environments are never
-    stepped, and every evaluation of a run starts from the same states, so its curve compares policies, not
-    starts. A new EnvPool means a new compile (about 0.1 s): the program is bound to the pool it steps.
+    The program is bound to the EnvPool it steps, so it is compiled once and every call resets the same
+    environments: the first call's episodes start from the first states of the run's seed (what --evaluate
+    and the video play), each later call's from the next ones. A new EnvPool per evaluation would start every
+    evaluation from the same states, but its compile took longer than the episodes (docs/speed.md).
     """
     envs, handle, xla_step = make_envs(args.env_id, args.eval_episodes, args.num_threads, args.seed)
     network, env = make_network(args, envs), env_functions(envs, xla_step)
@@ -904,11 +905,16 @@ def evaluate(args: Args, params, obs_rms: RunningMeanStd) -> Evaluation:
         )
         return jax.lax.while_loop(unfinished, step, carry)
 
-    first_obs = jnp.asarray(reset_observation(envs), jnp.float32)
-    carry = jax.device_get(play(params, obs_rms, handle, first_obs))
-    successes = carry.successes if env.success_key else None
-    # Summed on the host in float64, as EnvPool's NumPy API would give them.
-    return Evaluation(carry.rewards.astype(np.float64).sum(0), carry.lengths, carry.first_actions, successes)
+    def evaluate(params, obs_rms: RunningMeanStd) -> Evaluation:
+        nonlocal handle
+        first_obs = jnp.asarray(reset_observation(envs), jnp.float32)  # every environment starts an episode
+        carry = jax.device_get(play(params, obs_rms, handle, first_obs))
+        handle = carry.handle
+        successes = carry.successes if env.success_key else None
+        # Summed on the host in float64, as EnvPool's NumPy API would give them.
+        return Evaluation(carry.rewards.astype(np.float64).sum(0), carry.lengths, carry.first_actions, successes)
+
+    return evaluate
 
 
 VIDEO_SIZE = (320, 240)  # width, height
@@ -1006,7 +1012,7 @@ class IterationLogger:
 
     def __init__(self, args: Args, writer, report=print_progress, checkpoint_path: str | None = None):
         self.args, self.writer, self.report, self.checkpoint_path = args, writer, report, checkpoint_path
-        self.last_evaluation: Evaluation | None = None  # with --eval-every: at the end, of the final policy
+        self.evaluate = None  # made at the first evaluation
 
     def start(self, global_step: int):
         self.start_time, self.start_step = time.time(), global_step
@@ -1039,9 +1045,9 @@ class IterationLogger:
             or iteration == args.num_iterations
         ):
             eval_start = time.time()
-            evaluation = evaluate(args, state.train_state.params, state.env_state.obs_rms)
+            self.evaluate = self.evaluate or make_evaluator(args)
+            evaluation = self.evaluate(state.train_state.params, state.env_state.obs_rms)
             self.eval_seconds += time.time() - eval_start
-            self.last_evaluation = evaluation
             log_evaluation(writer, evaluation, global_step)
             line += f" eval={evaluation.returns.mean():.1f}"
         self.report(global_step, line)
@@ -1294,10 +1300,10 @@ def parse_args(cli_args: list[str] | None = None) -> tuple[Args, dict | None]:
     return args, checkpoint
 
 
-def run_evaluation(args: Args, params, obs_rms: RunningMeanStd, run_name: str, evaluation=None) -> Evaluation:
-    """Evaluate (unless given the `evaluation` of these parameters), print the result and, with
-    --capture-video, record the first episode."""
-    evaluation = evaluate(args, params, obs_rms) if evaluation is None else evaluation
+def run_evaluation(args: Args, params, obs_rms: RunningMeanStd, run_name: str) -> Evaluation:
+    """Evaluate from the first states of the seed, print the result and, with --capture-video, record the
+    first episode."""
+    evaluation = make_evaluator(args)(params, obs_rms)
     returns, lengths = evaluation.returns, evaluation.lengths
     success = "" if evaluation.successes is None else f", success rate {evaluation.successes.mean():.2f}"
     print(
@@ -1348,11 +1354,10 @@ def run_training(args: Args, checkpoint: dict | None):
             print(f"model saved to {model_path}")
         elif os.path.exists(model_path):  # a checkpoint of a run that has finished without --save-model
             os.remove(model_path)
-        # The final policy is evaluated for a video, and for a kept model (by --eval-every, or here).
+        # The final policy is evaluated for a video, and for a kept model (--eval-every has logged it already).
         if finished and (args.capture_video or (args.save_model and not args.eval_every)):
-            params, obs_rms = state.train_state.params, state.env_state.obs_rms
-            evaluation = run_evaluation(args, params, obs_rms, run_name, logger.last_evaluation)
-            if logger.last_evaluation is None:
+            evaluation = run_evaluation(args, state.train_state.params, state.env_state.obs_rms, run_name)
+            if not args.eval_every:
                 log_evaluation(writer, evaluation, state.global_step)
     finally:
         writer.close()
