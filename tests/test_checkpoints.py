@@ -4,6 +4,7 @@ Each test runs the real thing where it can: the script in a subprocess on real E
 files, real signals. Every wait on a process is bounded.
 """
 
+import csv
 import json
 import re
 import select
@@ -18,6 +19,7 @@ import numpy as np
 import pytest
 
 import ppo_continuous_envpool_jax as ppo
+import report
 from tests.support import (
     HOPPER,
     MODEL_NAME,
@@ -166,6 +168,11 @@ def test_a_killed_run_resumes_from_its_checkpoint_and_supersedes_what_it_logged_
     assert [value for step, value in logged if saved_step < step <= 8 * 512] != [
         pytest.approx(killed[step]) for step in range(saved_step + 512, 8 * 512 + 1, 512)
     ]  # the environments restarted: a resumed run sees other episodes than the killed one did
+    # report.py reads it as one run of 8192 steps.
+    assert report.main([str(tmp_path / "runs"), "--out-dir", str(tmp_path / "report"), "--no-plots"]) == 0
+    with open(tmp_path / "report" / "runs.csv") as f:
+        (row,) = csv.DictReader(f)
+    assert (row["status"], row["steps"]) == ("included", "8192")
 
 
 def flatten(tree) -> dict:
