@@ -859,20 +859,21 @@ class EvalCarry(NamedTuple):
     first_actions: jax.Array  # (max episode steps, act_dim)
 
 
-def make_evaluator(args: Args) -> Callable[..., Evaluation]:
-    """(params, obs_rms) -> --eval-episodes episodes of the mean action, one per environment, played by one
-    compiled loop over the XLA step of an EnvPool of its own (the training environments are never stepped).
+def evaluate(args: Args, params, obs_rms: RunningMeanStd) -> Evaluation:
+    """--eval-episodes episodes of the mean action, one per environment, as one compiled loop over EnvPool's
+    XLA step.
 
-    The program is bound to the EnvPool it steps, so it is compiled once and every call resets the same
-    environments: the first call's episodes start from the first states of the run's seed (what --evaluate
-    and the video play), each later call's from the next ones. A new EnvPool per evaluation would start every
-    evaluation from the same states, but its compile took longer than the episodes (docs/speed.md).
+    The environments are made anew from the run's seed each time: the training environments are never
+    stepped, and every evaluation of a run starts from the same states, so its curve compares policies, not
+    starts (with new starts each time, HalfCheetah-v4's 10-episode mean moved by 3%). The program is bound to
+    the EnvPool it steps, so each evaluation compiles it: without LLVM's optimisations, which take longer
+    than they save on a loop that mostly waits for the environments (docs/speed.md).
     """
     envs, handle, xla_step = make_envs(args.env_id, args.eval_episodes, args.num_threads, args.seed)
     network, env = make_network(args, envs), env_functions(envs, xla_step)
     num_episodes, max_steps = args.eval_episodes, envs.spec.config.max_episode_steps
 
-    @jax.jit
+    @partial(jax.jit, compiler_options={"xla_backend_optimization_level": 0})
     def play(params, obs_rms, handle, obs):
         def unfinished(carry):
             return ~carry.done.all()
@@ -905,16 +906,11 @@ def make_evaluator(args: Args) -> Callable[..., Evaluation]:
         )
         return jax.lax.while_loop(unfinished, step, carry)
 
-    def evaluate(params, obs_rms: RunningMeanStd) -> Evaluation:
-        nonlocal handle
-        first_obs = jnp.asarray(reset_observation(envs), jnp.float32)  # every environment starts an episode
-        carry = jax.device_get(play(params, obs_rms, handle, first_obs))
-        handle = carry.handle
-        successes = carry.successes if env.success_key else None
-        # Summed on the host in float64, as EnvPool's NumPy API would give them.
-        return Evaluation(carry.rewards.astype(np.float64).sum(0), carry.lengths, carry.first_actions, successes)
-
-    return evaluate
+    first_obs = jnp.asarray(reset_observation(envs), jnp.float32)
+    carry = jax.device_get(play(params, obs_rms, handle, first_obs))
+    successes = carry.successes if env.success_key else None
+    # Summed on the host in float64, as EnvPool's NumPy API would give them.
+    return Evaluation(carry.rewards.astype(np.float64).sum(0), carry.lengths, carry.first_actions, successes)
 
 
 VIDEO_SIZE = (320, 240)  # width, height
@@ -1012,7 +1008,6 @@ class IterationLogger:
 
     def __init__(self, args: Args, writer, report=print_progress, checkpoint_path: str | None = None):
         self.args, self.writer, self.report, self.checkpoint_path = args, writer, report, checkpoint_path
-        self.evaluate = None  # made at the first evaluation
 
     def start(self, global_step: int):
         self.start_time, self.start_step = time.time(), global_step
@@ -1045,8 +1040,7 @@ class IterationLogger:
             or iteration == args.num_iterations
         ):
             eval_start = time.time()
-            self.evaluate = self.evaluate or make_evaluator(args)
-            evaluation = self.evaluate(state.train_state.params, state.env_state.obs_rms)
+            evaluation = evaluate(args, state.train_state.params, state.env_state.obs_rms)
             self.eval_seconds += time.time() - eval_start
             log_evaluation(writer, evaluation, global_step)
             line += f" eval={evaluation.returns.mean():.1f}"
@@ -1301,9 +1295,8 @@ def parse_args(cli_args: list[str] | None = None) -> tuple[Args, dict | None]:
 
 
 def run_evaluation(args: Args, params, obs_rms: RunningMeanStd, run_name: str) -> Evaluation:
-    """Evaluate from the first states of the seed, print the result and, with --capture-video, record the
-    first episode."""
-    evaluation = make_evaluator(args)(params, obs_rms)
+    """Evaluate, print the result and, with --capture-video, record the first episode."""
+    evaluation = evaluate(args, params, obs_rms)
     returns, lengths = evaluation.returns, evaluation.lengths
     success = "" if evaluation.successes is None else f", success rate {evaluation.successes.mean():.2f}"
     print(
