@@ -195,8 +195,8 @@ parse_options "$@"
 # `python ppo_continuous_envpool_jax.py --env-id E --seed S --num-threads C FLAGS... [--resume RUN_DIR]`
 #   - prints as its first stdout line `run_dir=RUN_DIR`, the run directory it logs to, relative to its
 #     working directory (the sweep's --workdir): logged_run_dir finds the run again after a stop;
-#   - prints progress lines `iteration=I/N global_step=S return=R SPS=X [eval=E]` (R is - before the
-#     first episode ends): the summary shows the last R (last_return);
+#   - prints progress lines `iteration=I/N global_step=S return=R SPS=X [eval=E]` (R is - in an
+#     iteration where no episode ended): the summary shows the last R (last_return);
 #   - keeps a resumable checkpoint RUN_DIR/<exp_name>.model while it runs and after SIGINT/SIGTERM; at
 #     a normal end it is removed (unless --save-model: then it is the final model);
 #   - with --resume RUN_DIR continues that run in RUN_DIR (a directory without a .model is an error, so

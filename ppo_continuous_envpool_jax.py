@@ -7,8 +7,8 @@ around the algorithm: checkpoints, evaluation and video, signals, progress and l
 line. `python ppo_continuous_envpool_jax.py --help` lists the flags.
 
 Output contract (benchmark.sh reads it): the first line on stdout is `run_dir=<path>`, the directory the run
-logs to; then one line per iteration, `iteration=I/N global_step=S return=R SPS=X` (`return=-` before the
-first episode has ended), with ` eval=E` where the policy was evaluated.
+logs to; then one line per iteration, `iteration=I/N global_step=S return=R SPS=X` (R is the mean return of
+the episodes that ended in the iteration, `-` where none did), with ` eval=E` where the policy was evaluated.
 """
 
 import argparse
@@ -116,8 +116,8 @@ class PPOArgs:
     gymnasium's NormalizeReward). return: tianshou's rew_norm, raw rewards and a critic that predicts
     returns divided by the running std of the lambda-returns"""
     clip_action: bool = True
-    """clip the policy's sample to [-1, 1] before scaling it onto the task's bounds (off: sent as sampled; MuJoCo
-    clamps the control, but EnvPool charges the control cost on the action as sent)"""
+    """clip the policy's sample to [-1, 1] before scaling it onto the task's bounds (off: scaled, not clipped;
+    MuJoCo clamps the control, but EnvPool charges the control cost on the action as sent)"""
     hidden_sizes: tuple[int, ...] = (64, 64)
     """the hidden layer sizes of the actor and of the critic"""
     init_log_std: float = -0.5
@@ -673,8 +673,8 @@ def run_iteration(programs: "Programs", state: RunState, iteration: int, args: P
     state and the iteration's figures for the log, still on the device."""
     # Keys derive from the iteration, so a resumed run samples its policy noise as the original would.
     key = jax.random.fold_in(jax.random.PRNGKey(args.seed), iteration)
-    # Minibatches are shuffled on the host: NumPy's shuffle costs next to nothing, XLA's CPU sort a sixth of
-    # an epoch.
+    # Minibatches are shuffled on the host: NumPy's shuffle costs next to nothing, XLA's CPU sort a good part of
+    # an epoch (docs/speed.md).
     shuffler = np.random.default_rng((args.seed, iteration))
     env_state, transitions, batch, stats = programs.collect(state.train_state.params, state.env_state, key)
     # With --reward-norm return, each recomputation updates the return statistics, which travel in env_state
@@ -768,7 +768,8 @@ class Args(PPOArgs):
     """episodes of each evaluation (mean action, environments of its own): --eval-every, the one that ends
     training with --save-model or --capture-video, and --evaluate"""
     capture_video: bool = False
-    """record the first evaluation episode to `videos/{run_name}/eval.mp4` (needs OpenGL: EGL or OSMesa)"""
+    """record the first episode of the final evaluation to `videos/{run_name}/eval.mp4` (needs OpenGL: EGL or
+    OSMesa)"""
     evaluate: str | None = None
     """evaluate the model saved at this path instead of training (task and network come from the file)"""
     list_tasks: bool = False
@@ -865,7 +866,7 @@ def evaluate(args: Args, params, obs_rms: RunningMeanStd) -> Evaluation:
 
     The environments are made anew from the run's seed each time: the training environments are never
     stepped, and every evaluation of a run starts from the same states, so its curve compares policies, not
-    starts (with new starts each time, HalfCheetah-v4's 10-episode mean moved by 3%). The program is bound to
+    starts (new starts each time add their own noise: docs/how-it-works.md). The program is bound to
     the EnvPool it steps, so each evaluation compiles it: without LLVM's optimisations, which take longer
     than they save on a loop that mostly waits for the environments (docs/speed.md).
     """
@@ -909,7 +910,7 @@ def evaluate(args: Args, params, obs_rms: RunningMeanStd) -> Evaluation:
     first_obs = jnp.asarray(reset_observation(envs), jnp.float32)
     carry = jax.device_get(play(params, obs_rms, handle, first_obs))
     successes = carry.successes if env.success_key else None
-    # Summed on the host in float64, as EnvPool's NumPy API would give them.
+    # The float32 rewards summed on the host in float64, as the NumPy loop this replaced summed them.
     return Evaluation(carry.rewards.astype(np.float64).sum(0), carry.lengths, carry.first_actions, successes)
 
 
@@ -1274,14 +1275,22 @@ def parse_args(cli_args: list[str] | None = None) -> tuple[Args, dict | None]:
     error = check_args(args)
     if checkpoint is not None and error is None:
         saved_args = checkpoint["args"]
-        # What the saved parameters and statistics were made for; resuming also keeps the critic's units.
-        fixed = ("env_id", "hidden_sizes", "norm_obs") + (("reward_norm",) if saved.resume else ())
+        # What the saved parameters and statistics were made for. Resuming also keeps the critic's units and
+        # the batch: the learning-rate schedule counts gradient steps, and the iteration keys count batches.
+        fixed = ("env_id", "hidden_sizes", "norm_obs")
+        if saved.resume:
+            fixed += ("reward_norm", "num_envs", "num_steps", "num_minibatches", "update_epochs")
         for name in fixed:
             if getattr(args, name) != getattr(saved_args, name):
                 error = (
                     f"--{name.replace('_', '-')} {getattr(args, name)} differs from the saved model's "
                     f"{getattr(saved_args, name)}"
                 )
+        if saved.resume and error is None and args.total_timesteps <= checkpoint["global_step"]:
+            error = (
+                f"--total-timesteps {args.total_timesteps} is not beyond the saved run's "
+                f"{checkpoint['global_step']} steps; give a larger one to continue it"
+            )
     if error:
         sys.exit(f"error: {error}")
     if saved.resume:  # the model file, also where its run directory was named
@@ -1341,12 +1350,13 @@ def run_training(args: Args, checkpoint: dict | None):
                 for signum, handler in handlers.items():
                     signal.signal(signum, handler)
         state = RunState(*result[:3])
-        finished = result.failure is None and stop.signum is None
+        # A signal in the last iteration still leaves a finished run.
+        finished = result.failure is None and state.global_step >= args.num_iterations * args.batch_size
         if args.save_model or (keep_state and not finished):
             save_checkpoint(model_path, args, state)
             print(f"model saved to {model_path}")
-        elif os.path.exists(model_path):  # a checkpoint of a run that has finished without --save-model
-            os.remove(model_path)
+        elif finished and os.path.exists(model_path) and not (checkpoint and checkpoint["args"].save_model):
+            os.remove(model_path)  # the checkpoint of a run that finished without --save-model
         # The final policy is evaluated for a video, and for a kept model (--eval-every has logged it already).
         if finished and (args.capture_video or (args.save_model and not args.eval_every)):
             evaluation = run_evaluation(args, state.train_state.params, state.env_state.obs_rms, run_name)
@@ -1359,7 +1369,7 @@ def run_training(args: Args, checkpoint: dict | None):
     if result.failure:
         kept = f"; the last finite state is in {model_path}" if keep_state else ""
         sys.exit(f"error: training diverged: non-finite {result.failure}{kept}")
-    if stop.signum is not None:
+    if not finished:
         kept = f"; state saved to {model_path} (continue with --resume {run_dir})" if keep_state else ""
         print(
             f"stopped by {signal.Signals(stop.signum).name} at global_step {state.global_step}{kept}", file=sys.stderr

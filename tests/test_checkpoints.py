@@ -185,7 +185,7 @@ def test_the_restored_state_is_the_saved_one(saved_run):
     first observations of the environments, which start afresh."""
     run_dir, _ = saved_run
     raw = flax.serialization.msgpack_restore((run_dir / MODEL_NAME).read_bytes())
-    args, checkpoint = ppo.parse_args(["--resume", str(run_dir)])
+    args, checkpoint = ppo.parse_args(["--resume", str(run_dir), "--total-timesteps", "8192"])
     envs, handle, xla_step = ppo.make_envs(args.env_id, args.num_envs, args.num_threads, args.seed)
     first_obs = envs.reset()[0]
     state = ppo.initial_state(ppo.make_programs(args, envs, xla_step), handle, first_obs, checkpoint)
@@ -232,6 +232,36 @@ def test_resume_refuses_a_different_task(saved_run, tmp_path):
     result = run_script("--resume", str(run_dir / MODEL_NAME), "--env-id", "Ant-v4", cwd=tmp_path)
     assert result.returncode != 0
     assert result.stderr.strip() == "error: --env-id Ant-v4 differs from the saved model's Hopper-v4"
+
+
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (["--num-envs", "16"], "--num-envs 16 differs from the saved model's 8"),
+        (["--num-minibatches", "2"], "--num-minibatches 2 differs from the saved model's 4"),
+        (["--total-timesteps", "4096"], "--total-timesteps 4096 is not beyond the saved run's 4096 steps"),
+    ],
+)
+def test_resume_refuses_another_batch_and_a_total_already_reached(saved_run, flags, message):
+    """The learning-rate schedule counts gradient steps and the iteration keys count batches: both must
+    mean what they meant when the run was saved, and there must be steps left to run."""
+    run_dir, _ = saved_run
+    with pytest.raises(SystemExit) as exit_info:
+        ppo.parse_args(["--resume", str(run_dir), *flags])
+    assert exit_info.value.code.startswith(f"error: {message}")
+
+
+def test_a_resumed_run_stopped_early_keeps_the_checkpoint_it_resumed_from(tmp_path):
+    returncode, _ = signal_after_first_iteration(tmp_path, signal.SIGTERM, *HOPPER, "--total-timesteps", "8192")
+    assert returncode == 143
+    run_dir = only_run_dir(tmp_path)
+    saved_step = ppo.load_checkpoint(str(run_dir / MODEL_NAME))["global_step"]
+    process = start(tmp_path, "--resume", str(run_dir), "--checkpoint-every-seconds", "0")
+    wait_for_line(process, "iteration=")
+    process.send_signal(signal.SIGTERM)
+    process.communicate(timeout=300)
+    assert process.returncode == 143
+    assert ppo.load_checkpoint(str(run_dir / MODEL_NAME))["global_step"] >= saved_step
 
 
 def test_resume_refuses_another_reward_normalisation(saved_run):
