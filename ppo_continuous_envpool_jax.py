@@ -1187,13 +1187,14 @@ def task_listing() -> str:
         families.setdefault(task_family(env_id).removeprefix("envpool.mujoco."), []).append(env_id)
     lines = []
     for family, env_ids in sorted(families.items()):
-        accepted = [env_id for env_id in env_ids if refusal(env_id) is None]
-        refused = [env_id for env_id in env_ids if env_id not in accepted]
+        reasons = {env_id: refusal(env_id) for env_id in env_ids}  # one spec per id, made once
+        accepted = [env_id for env_id, reason in reasons.items() if reason is None]
+        refused = [reason for reason in reasons.values() if reason is not None]
         lines.append(f"{family} ({len(accepted)} of {len(env_ids)} ids):")
         if accepted:
             lines.append(textwrap.fill(" ".join(accepted), 120, initial_indent="  ", subsequent_indent="  "))
         if refused:
-            lines.append(f"  {len(refused)} refused, e.g. {refusal(refused[0])}")
+            lines.append(f"  {len(refused)} refused, e.g. {refused[0]}")
     return "\n".join(lines)
 
 
