@@ -50,7 +50,8 @@ computed with their `rliable` library)
   normalised score
                 a run's final return (or eval at max) divided by the reference of its task: the published
                 figure of `--reference` (REFERENCES below), or with `--baseline EXP` the mean final return
-                of EXP on that task. Tasks without a reference, or that some compared experiment has not
+                of EXP on that task. `--reference suite` also takes a uniformly random policy's return
+                (random_returns.py) as zero: (return - random) / (figure - random). Tasks without a reference, or that some compared experiment has not
                 run, are left out, with a line on stderr.
   runs          per experiment, the seeds it has on every compared task (the bootstrap needs as many runs
                 on each task); the others are left out, with a line on stderr.
@@ -97,21 +98,78 @@ SWEEP_LOGS = "logs"  # benchmark.sh's runs/logs/<sweep>/: not a run, skipped wit
 IN_PROGRESS = "in progress"
 INCLUDED = "included"
 
-# Published 1M-step figures to normalise by: (what the figure is and where it comes from, {task: return}).
+
+class Reference(NamedTuple):
+    """What a task's scores are normalised by: (return - zero) / (figure - zero), so `zero` scores 0 and `figure` 1."""
+
+    description: str
+    figures: dict[str, float]  # task -> the return that scores 1
+    zeros: dict[str, float]  # task -> the return that scores 0; 0.0 for a task not listed (a plain ratio)
+
+
+TIANSHOU = {
+    "HalfCheetah-v4": 5783.9,
+    "Hopper-v4": 2609.3,
+    "Walker2d-v4": 3588.5,
+    "Ant-v4": 3258.4,
+    "Humanoid-v4": 787.1,
+    "InvertedPendulum-v4": 1000.0,
+    "InvertedDoublePendulum-v4": 9231.3,
+    "Swimmer-v4": 66.7,
+    "Reacher-v4": -4.1,
+}
+CLEANRL_DMC = {
+    "CartpoleSwingup-v1": 640.86,
+    "CheetahRun-v1": 432.56,
+    "WalkerWalk-v1": 392.51,
+    "WalkerRun-v1": 125.92,
+    "FingerSpin-v1": 590.49,
+    "ReacherHard-v1": 443.80,
+}
+# The mean return of uniformly random actions, 100 episodes from seed 0: `python random_returns.py`.
+RANDOM_RETURNS = {
+    "HalfCheetah-v4": -286.09,
+    "Hopper-v4": 17.78,
+    "Walker2d-v4": 2.07,
+    "Ant-v4": -63.71,
+    "Humanoid-v4": 120.85,
+    "InvertedPendulum-v4": 5.4,
+    "InvertedDoublePendulum-v4": 54.21,
+    "Swimmer-v4": 0.93,
+    "Reacher-v4": -43.47,
+    "CartpoleSwingup-v1": 28.92,
+    "CheetahRun-v1": 4.17,
+    "WalkerWalk-v1": 32.36,
+    "WalkerRun-v1": 23.0,
+    "FingerSpin-v1": 0.03,
+    "ReacherHard-v1": 8.93,
+}
+# Published figures to normalise by.
 REFERENCES = {
-    "tianshou": (
+    "tianshou": Reference(
         (
             "tianshou's PPO (its examples/mujoco benchmark table): the best point of its 10-seed mean test curve "
             "within 1M steps, on the gym v3 tasks, test actions sampled from the policy"
         ),
-        {"HalfCheetah-v4": 5784, "Hopper-v4": 2609, "Walker2d-v4": 3589, "Ant-v4": 3258, "Humanoid-v4": 787},
+        TIANSHOU,
+        {},
     ),
-    "cleanrl": (
+    "cleanrl": Reference(
         (
             "CleanRL's ppo_continuous_action.py (its documentation's benchmark table): the final training return, "
             "3 seeds, 1M steps"
         ),
         {"HalfCheetah-v4": 1443, "Hopper-v4": 2383, "Walker2d-v4": 2288, "Humanoid-v4": 716},
+        {},
+    ),
+    "suite": Reference(
+        (
+            "the 15-task suite the defaults are chosen on: tianshou's 1M-step figure on its nine gym tasks, CleanRL's "
+            "8M-step final training return (10 seeds) on six DeepMind Control tasks, with a uniformly random "
+            "policy's return as 0 on all 15"
+        ),
+        TIANSHOU | CLEANRL_DMC,
+        RANDOM_RETURNS,
     ),
 }
 # The per-run CSV, runs.csv: written from the event files, read back by --finals.
@@ -226,7 +284,8 @@ def parse_args(argv=None) -> argparse.Namespace:
         "--reference",
         choices=sorted(REFERENCES),
         default="tianshou",
-        help="published figures each task's scores are divided by (default: tianshou)",
+        help="published figures each task's scores are normalised by (default: tianshou; suite: the 15 tasks the "
+        "defaults are chosen on, a random policy scoring 0)",
     )
     parser.add_argument(
         "--baseline",
@@ -764,8 +823,8 @@ def note(message: str) -> None:
     print(f"report.py: {message}", file=sys.stderr)
 
 
-def reference_figures(finals: list[Final], args: argparse.Namespace) -> tuple[str, dict[str, float]]:
-    """What each task's scores are divided by, and a description of it for the report."""
+def reference_figures(finals: list[Final], args: argparse.Namespace) -> Reference:
+    """What each task's scores are normalised by, with a description of it for the report."""
     if args.baseline is None:
         return REFERENCES[args.reference]
     returns = defaultdict(list)
@@ -774,7 +833,8 @@ def reference_figures(finals: list[Final], args: argparse.Namespace) -> tuple[st
             returns[final.env_id].append(final.final_return)
     if not returns:
         raise BadInput(f"--baseline {args.baseline}: no final return of that exp name")
-    return f"the mean final return of `{args.baseline}`", {task: float(np.mean(v)) for task, v in returns.items()}
+    means = {task: float(np.mean(v)) for task, v in returns.items()}
+    return Reference(f"the mean final return of `{args.baseline}`", means, {})
 
 
 def compared_tasks(finals: list[Final], experiments: list[str], reference: dict[str, float]) -> list[str]:
@@ -803,7 +863,7 @@ def seed_ranges(seeds: list[int]) -> str:
     return ", ".join(f"{lo}" if lo == hi else f"{lo}-{hi}" for lo, hi in ranges)
 
 
-def score_matrix(finals, exp_name, tasks, score, reference) -> tuple[np.ndarray, list[int]] | None:
+def score_matrix(finals, exp_name, tasks, score, reference: Reference) -> tuple[np.ndarray, list[int]] | None:
     """Normalised scores (runs, tasks) of one experiment over the seeds with a value on every task; None if none.
 
     The stratified bootstrap resamples each task's runs, so it needs as many on each: a seed missing on some task
@@ -824,7 +884,12 @@ def score_matrix(finals, exp_name, tasks, score, reference) -> tuple[np.ndarray,
         )
     if not seeds:
         return None
-    return np.array([[values[(task, seed)] / reference[task] for task in tasks] for seed in seeds]), seeds
+    zero = {task: reference.zeros.get(task, 0.0) for task in tasks}
+    scores = [
+        [(values[(task, seed)] - zero[task]) / (reference.figures[task] - zero[task]) for task in tasks]
+        for seed in seeds
+    ]
+    return np.array(scores), seeds
 
 
 def bootstrap(scores, statistic, args: argparse.Namespace) -> tuple[np.ndarray, np.ndarray]:
@@ -868,9 +933,9 @@ def compare(finals: list[Final], args: argparse.Namespace) -> tuple[list[str], d
 
     Empty when no task can be compared.
     """
-    description, reference = reference_figures(finals, args)
+    reference = reference_figures(finals, args)
     experiments = sorted({final.exp_name for final in finals})
-    tasks = compared_tasks(finals, experiments, reference)
+    tasks = compared_tasks(finals, experiments, reference.figures)
     if not tasks:
         return [], {}
     matrices: dict[str, dict[str, np.ndarray]] = {score: {} for score in SCORES}
@@ -893,7 +958,12 @@ def compare(finals: list[Final], args: argparse.Namespace) -> tuple[list[str], d
             point, interval = bootstrap([matrices[score][x], matrices[score][y]], probability_of_improvement, args)
             pairs.append([x, y, label, ci_cell(point[0], interval[:, 0])])
 
-    figures = ", ".join(f"{task} {reference[task]:.0f}" for task in tasks)
+    figures = ", ".join(
+        f"{task} {reference.zeros[task]:g} to {reference.figures[task]:g}"
+        if task in reference.zeros
+        else f"{task} {reference.figures[task]:g}"
+        for task in tasks
+    )
     eval_part = (
         "; **eval at max**: the same for the run's eval return at the step where its experiment's mean eval curve peaks"
         if matrices["eval_at_max"]
@@ -903,8 +973,8 @@ def compare(finals: list[Final], args: argparse.Namespace) -> tuple[list[str], d
         "## Across tasks",
         "",
         (
-            f"**Normalised score**: per run, its final return divided by its task's reference, {description} "
-            f"({figures}){eval_part}. Per experiment, over the seeds it has on every one of these tasks: the **IQM** "
+            f"**Normalised score**: per run, (final return - zero) / (reference - zero) on its task, the reference "
+            f"being {reference.description} ({figures}; zero is 0 where only the reference is given){eval_part}. Per experiment, over the seeds it has on every one of these tasks: the **IQM** "
             "(interquartile mean, the mean of the middle 50% of all run x task scores) and the mean, each with its "
             f"95% confidence interval [low, high] (percentile stratified bootstrap, {args.bootstrap_reps} resamples "
             f"of the runs within each task, seed {args.bootstrap_seed}; `rliable`, after Agarwal et al., NeurIPS "

@@ -272,7 +272,7 @@ def test_the_default_out_dir_is_report_not_docs(tmp_path, capsys, monkeypatch):
 # Comparison across tasks
 # ---------------------------------------------------------------------------------------------------
 
-TIANSHOU = {"Hopper-v4": 2609, "Walker2d-v4": 3589}  # tianshou's 1M figures, as published
+TIANSHOU = {"Hopper-v4": 2609.3, "Walker2d-v4": 3588.5}  # tianshou's 1M figures, as published
 REPS = ["--bootstrap-reps", "200"]
 
 
@@ -320,7 +320,7 @@ def test_iqm_and_mean_of_scores_normalised_by_tianshous_figures(tmp_path, capsys
     # 0 1 | 2 3 4 5 | 6 99, so the IQM is the mean of the middle four, 3.5, and the mean 120 / 8
     scores = {"Hopper-v4": [0, 1, 2, 99], "Walker2d-v4": [3, 4, 5, 6]}
     finals = [(task, "ppo", seed, k * TIANSHOU[task]) for task, ks in scores.items() for seed, k in enumerate(ks, 1)]
-    finals.append(("InvertedPendulum-v4", "ppo", 1, 1000.0))  # no published figure: left out, with a line
+    finals.append(("Pusher-v4", "ppo", 1, -30.0))  # no published figure: left out, with a line
     path = write_finals(tmp_path / "finals.csv", finals)
 
     aggregates, pairs, err = compare(path, tmp_path / "out", capsys)
@@ -329,7 +329,22 @@ def test_iqm_and_mean_of_scores_normalised_by_tianshous_figures(tmp_path, capsys
     assert seeds == "1-4"
     assert (iqm[0], mean[0]) == (3.5, 15.0)
     assert not pairs  # one experiment: nothing to compare it with
-    assert "leaves out InvertedPendulum-v4: no reference figure" in err
+    assert "leaves out Pusher-v4: no reference figure" in err
+
+
+def test_the_suite_scores_a_random_policy_0_and_the_reference_1(tmp_path, capsys):
+    # Reacher-v4: random -43.47 (random_returns.py), tianshou -4.1, so -23.785 is halfway; a plain ratio would
+    # score the random policy's -43.47 above tianshou's -4.1. CheetahRun-v1: random 4.17, CleanRL 432.56.
+    finals = [("Reacher-v4", "ppo", 1, -43.47), ("Reacher-v4", "ppo", 2, -4.1), ("Reacher-v4", "ppo", 3, -23.785)]
+    finals += [("CheetahRun-v1", "ppo", seed, 4.17 + k * (432.56 - 4.17)) for seed, k in ((1, 0.1), (2, 1.0), (3, 2.0))]
+    path = write_finals(tmp_path / "finals.csv", finals)
+
+    aggregates, _, _ = compare(path, tmp_path / "out", capsys, "--reference", "suite")
+
+    # pooled and sorted: 0 0.1 | 0.5 1 1 | 2 -> rliable's IQM (trim_mean 0.25, one cut from each end of six)
+    # is the mean of 0.1, 0.5, 1, 1: 0.65; the mean 4.6 / 6
+    _, iqm, mean = aggregates[("ppo", "final return")]
+    assert (iqm[0], mean[0]) == (0.65, 0.77)
 
 
 def test_baseline_normalises_by_that_experiments_mean(tmp_path, capsys):
