@@ -2,6 +2,9 @@
 # Run ppo_continuous_envpool_jax.py over env ids x seeds, locally (N runs at a time, each pinned to its
 # own cores) or as a Slurm job array. `./benchmark.sh --help` explains every flag.
 set -euo pipefail
+# The whole script is one { ... } group, which bash reads to its end before running any of it: a running
+# sweep is not disturbed when this file is edited or checked out under it (bash reads a script as it goes).
+{
 
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 readonly REPO
@@ -703,3 +706,4 @@ elif ((interrupted)); then
 else
     exit 1
 fi
+}

@@ -252,7 +252,7 @@ STUB = r"""#!/usr/bin/env bash
 # Stands in for "python ppo_continuous_envpool_jax.py", keeping the script's side of the contract that
 # benchmark.sh states (run_dir= first, a checkpoint while it runs, --resume RUN_DIR), and reports its
 # arguments and CPU affinity. Bad-v0 fails; Block-v0 writes a checkpoint, says so on $STUB_FIFO and
-# blocks, unless it is resumed.
+# blocks, unless it is resumed; Wait-v0 says so and waits for a line on $STUB_RELEASE, then succeeds.
 shift
 args="$*" env_id="" seed="" run_dir=""
 while (($#)); do
@@ -273,6 +273,7 @@ case "$env_id" in
     Block-v0)
         touch "$run_dir/stub.model"
         if [[ " $args " != *" --resume "* ]]; then echo "started $$" >"$STUB_FIFO"; exec sleep 600; fi ;;
+    Wait-v0) echo "started $$" >"$STUB_FIFO"; read -r _ <"$STUB_RELEASE" ;;  # goes on when released
 esac
 echo "iteration=1/2 global_step=512 return=12.5 SPS=10"
 echo "iteration=2/2 global_step=1024 return=- SPS=10"
@@ -415,6 +416,36 @@ def test_interrupt_stops_runs_and_prints_summary(tmp_path, stub, fifo):
     except FileNotFoundError:
         state = "gone"
     assert state in {"gone", "Z", "X"}
+
+
+def test_a_running_sweep_survives_its_script_being_rewritten(tmp_path, stub, fifo):
+    # bash reads a script as it runs it: rewriting the file in place (an editor, a checkout of another
+    # version) would make a running sweep read the new file from the old offset
+    fifo_path, fd = fifo
+    release = tmp_path / "release"
+    os.mkfifo(release)
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    script = repo / "benchmark.sh"
+    shutil.copy(BENCHMARK, script)
+    (repo / "ppo_continuous_envpool_jax.py").touch()
+    process = start_process(
+        script, "--workdir", tmp_path, "--python", stub, "--env-ids", "Wait-v0", "--seeds", 1,
+        env={**os.environ, "STUB_FIFO": str(fifo_path), "STUB_RELEASE": str(release)},
+    )  # fmt: skip
+    try:
+        wait_started(fd)
+        text = script.read_text()
+        with open(script, "w") as f:  # in place: the same file, every line after the first moved on
+            f.write(text.replace("\n", "\n# a line that was not there\n", 1).replace("summary", "SUMMARY"))
+        with open(release, "w") as f:
+            f.write("go\n")
+        stdout, stderr = process.communicate(timeout=60)
+    finally:
+        process.kill()
+    assert process.returncode == 0, stdout + stderr
+    assert summary_rows(stdout)[("Wait-v0", 1)]["status"] == "ok"
+    assert stderr == ""
 
 
 def test_continue_skips_finished_resumes_checkpointed_and_starts_the_rest(tmp_path, stub, fifo):
