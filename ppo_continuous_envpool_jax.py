@@ -81,6 +81,10 @@ class PPOArgs:
     """the number of parallel environments"""
     num_steps: int = 32
     """the number of steps to run in each environment per policy rollout"""
+    stagger_episodes: bool = False
+    """before training, step the environments with the mid-range action for one episode's length, resetting
+    environment i of N after i/N of it: fixed-length episodes (DeepMind Control's 1,000 steps) then end at N
+    different steps instead of all together (not trained on, not counted in the steps)"""
     anneal_lr: bool = True
     """toggle learning rate annealing (linearly to 0 over all gradient steps; --target-kl stops short of 0)"""
     gamma: float = 0.99
@@ -199,6 +203,44 @@ def reset_observation(envs):
     return flatten_observation(envs.reset()[0], observation_layout(envs.observation_space).keys)
 
 
+class Start(NamedTuple):
+    """Where the environments stand when training starts."""
+
+    obs: np.ndarray  # (N, obs_dim), laid out as env_step lays out observations
+    episode_return: np.ndarray  # (N,) the raw return of each environment's episode so far
+    episode_length: np.ndarray  # (N,)
+    is_reset: np.ndarray  # (N,) its last step ended an episode, so its next step is the late reset
+
+
+def reset_start(envs) -> Start:
+    obs = reset_observation(envs)
+    num_envs = obs.shape[0]
+    return Start(obs, np.zeros(num_envs, np.float32), np.zeros(num_envs, np.int32), np.zeros(num_envs, bool))
+
+
+def staggered_start(envs) -> Start:
+    """--stagger-episodes: a task whose episodes all last `max_episode_steps` (DeepMind Control: no terminations)
+    would otherwise end every episode of the batch on the same step, so that each rollout of `num_steps` holds
+    one window of the episode, the same in every environment, and the updates see its phases one at a time.
+    Environment i is reset before step i * max_steps // N of one episode's length of mid-range actions, and has
+    played max_steps - i * max_steps // N steps of its episode when training starts."""
+    num_envs, max_steps = envs.config["num_envs"], envs.spec.config.max_episode_steps
+    space = envs.action_space
+    action = np.broadcast_to((space.low + space.high) / 2, (num_envs,) + space.shape).astype(space.dtype)
+    reset_at = np.arange(num_envs) * max_steps // num_envs
+    envs.reset()
+    episode_return, done = np.zeros(num_envs), np.zeros(num_envs, bool)
+    for t in range(max_steps):
+        if (now := np.flatnonzero(reset_at == t)).size:
+            envs.reset(now)
+            episode_return[now], done[now] = 0.0, False
+        obs, reward, terminated, truncated, info = envs.step(action)
+        episode_return = np.where(done, 0.0, episode_return + reward)  # a late reset starts the next episode
+        done = terminated | truncated
+    obs = flatten_observation(obs, observation_layout(envs.observation_space).keys)
+    return Start(np.asarray(obs), episode_return, info["elapsed_step"].astype(np.int32), done)
+
+
 class EnvFunctions(NamedTuple):
     """What the compiled programs need of EnvPool: its step, the action bounds and dtype, how observations are
     flattened, and where the task reports success."""
@@ -307,23 +349,22 @@ class EnvState:
     episode_length: jax.Array  # (N,)
 
 
-def init_env_state(handle, first_obs: np.ndarray, norm_obs: bool, obs_rms=None, return_rms=None) -> EnvState:
+def init_env_state(handle, start: Start, norm_obs: bool, obs_rms=None, return_rms=None) -> EnvState:
     """The state before the first step; `obs_rms` and `return_rms` carry statistics over from a checkpoint."""
-    num_envs, obs_dim = first_obs.shape
-    obs = jnp.asarray(first_obs, jnp.float32)
+    num_envs, obs_dim = start.obs.shape
+    obs = jnp.asarray(start.obs, jnp.float32)
     obs_rms = rms_init((obs_dim,)) if obs_rms is None else obs_rms
     if norm_obs:
         obs_rms, obs = normalize_obs(obs_rms, obs)
-    zeros = jnp.zeros(num_envs, jnp.float32)
     return EnvState(
         handle=handle,
         obs=obs,
-        is_reset=jnp.zeros(num_envs, bool),
+        is_reset=jnp.asarray(start.is_reset, bool),
         obs_rms=obs_rms,
         return_rms=rms_init(()) if return_rms is None else return_rms,
-        discounted_return=zeros,
-        episode_return=zeros,
-        episode_length=jnp.zeros(num_envs, jnp.int32),
+        discounted_return=jnp.zeros(num_envs, jnp.float32),
+        episode_return=jnp.asarray(start.episode_return, jnp.float32),
+        episode_length=jnp.asarray(start.episode_length, jnp.int32),
     )
 
 
@@ -643,7 +684,8 @@ def train(args: PPOArgs, logger: "IterationLogger", stop: "StopRequest | None" =
     """PPO from `args`, or from `checkpoint` on, until --total-timesteps, a non-finite value, or `stop`."""
     envs, handle, xla_step = make_envs(args.env_id, args.num_envs, args.num_threads, args.seed)
     programs = make_programs(args, envs, xla_step)
-    state = initial_state(programs, handle, reset_observation(envs), checkpoint)
+    start = staggered_start(envs) if args.stagger_episodes else reset_start(envs)
+    state = initial_state(programs, handle, start, checkpoint)
     logger.start(state.global_step)
 
     # Iteration i is dispatched while i-1 still runs its epochs (on one core), and i-1 is logged once i's
@@ -694,7 +736,7 @@ def run_iteration(programs: "Programs", state: RunState, iteration: int, args: P
 class Programs(NamedTuple):
     """The compiled pieces of an iteration, each jitted once per run."""
 
-    init_states: Callable  # (handle, first_obs, statistics) -> (env_state, train_state)
+    init_states: Callable  # (handle, start, statistics) -> (env_state, train_state)
     collect: Callable  # (params, env_state, key) -> (env_state, transitions, batch, stats)
     recompute_batch: Callable  # (params, transitions, last_obs, return_rms) -> (batch, return_rms)
     update_epoch: Callable  # (train_state, batch, permutation) -> (train_state, losses)
@@ -709,8 +751,8 @@ def make_programs(args: PPOArgs, envs, xla_step) -> Programs:
     env = env_functions(envs, xla_step)
 
     # Compiled as one program although it runs once: every op run eagerly would be compiled on its own.
-    def init_states(handle, first_obs, statistics):
-        env_state = init_env_state(handle, first_obs, args.norm_obs, **statistics)
+    def init_states(handle, start, statistics):
+        env_state = init_env_state(handle, start, args.norm_obs, **statistics)
         params = network.init(jax.random.PRNGKey(args.seed), env_state.obs)
         return env_state, TrainState.create(apply_fn=network.apply, params=params, tx=optimizer)
 
@@ -816,13 +858,13 @@ def checkpoint_path(path: str) -> str:
     return models[0]
 
 
-def initial_state(programs: Programs, handle, first_obs, checkpoint: dict | None) -> RunState:
+def initial_state(programs: Programs, handle, start: Start, checkpoint: dict | None) -> RunState:
     """A new run's state, or the state a checkpoint saved (on environments that start afresh)."""
     if checkpoint is None:
-        env_state, train_state = programs.init_states(handle, first_obs, {})
+        env_state, train_state = programs.init_states(handle, start, {})
         return RunState(train_state, env_state, 0)
     statistics = {name: RunningMeanStd(**checkpoint[name]) for name in ("obs_rms", "return_rms")}
-    env_state, train_state = programs.init_states(handle, first_obs, statistics)
+    env_state, train_state = programs.init_states(handle, start, statistics)
     train_state = flax.serialization.from_state_dict(train_state, checkpoint["train_state"])
     return RunState(train_state, env_state, int(checkpoint["global_step"]))
 

@@ -71,7 +71,7 @@ def phase_milliseconds(args: ppo.Args, iterations: int) -> dict[str, float]:
     """Median milliseconds of each part of an iteration, the training loop's parts timed one at a time."""
     envs, handle, xla_step = ppo.make_envs(args.env_id, args.num_envs, args.num_threads, args.seed)
     programs = ppo.make_programs(args, envs, xla_step)
-    env_state, train_state = programs.init_states(handle, ppo.reset_observation(envs), {})
+    env_state, train_state = programs.init_states(handle, ppo.reset_start(envs), {})
     shuffler = np.random.default_rng(args.seed)
     seconds = {"rollout and first batch": [], "update epoch": [], "advantage recomputation": []}
 

@@ -104,7 +104,7 @@ def test_dmc_episodes_end_truncated_at_1000_steps_and_bootstrap_from_the_final_o
     args, _ = ppo.parse_args(cli_args)
     envs, handle, xla_step = ppo.make_envs(args.env_id, args.num_envs, args.num_threads, args.seed)
     programs = ppo.make_programs(args, envs, xla_step)
-    env_state, train_state = programs.init_states(handle, ppo.reset_observation(envs), {})
+    env_state, train_state = programs.init_states(handle, ppo.reset_start(envs), {})
     _, transitions, batch, _ = jax.device_get(programs.collect(train_state.params, env_state, jax.random.PRNGKey(0)))
     assert not transitions.terminated.any()
     np.testing.assert_array_equal(transitions.truncated.any(1), np.arange(num_steps) == 999)

@@ -1,5 +1,7 @@
 """The compiled rollout against EnvPool's NumPy API, on gym, DMC and float32-action tasks, and the float64 boundary."""
 
+from functools import partial
+
 import envpool
 import jax
 import jax.numpy as jnp
@@ -16,7 +18,7 @@ def collect_once(cli_args):
     args, _ = ppo.parse_args(cli_args)
     envs, handle, xla_step = ppo.make_envs(args.env_id, args.num_envs, args.num_threads, args.seed)
     programs = ppo.make_programs(args, envs, xla_step)
-    env_state, train_state = programs.init_states(handle, ppo.reset_observation(envs), {})
+    env_state, train_state = programs.init_states(handle, ppo.reset_start(envs), {})
     # Waited for: EnvPool must outlive the rollout, and JAX returns before the computation is done.
     env_state, _transitions, batch, stats = jax.block_until_ready(
         programs.collect(train_state.params, env_state, jax.random.PRNGKey(1))
@@ -121,3 +123,67 @@ def test_nothing_float64_leaves_the_env_boundary():
     assert all(a.dtype != jnp.float64 for a in all_arrays(opt_state))
     # x64 stayed scoped to the env call: JAX's defaults are still 32-bit afterwards.
     assert jnp.zeros(2).dtype == jnp.float32 and jax.random.normal(jax.random.PRNGKey(0), ()).dtype == jnp.float32
+
+
+def reference_staggered_start(env_id: str, num_envs: int, seed: int):
+    """--stagger-episodes as its docstring states it, one environment at a time on pools of one: environment i
+    plays i * max_steps // num_envs steps of the mid-range action, is reset, plays the rest of max_steps, and
+    stands there. EnvPool seeds environment i of a pool with seed + i, so a pool of one from that seed plays it
+    alone. Returns each one's last observation, the return of its episode so far, its length and whether its
+    last step ended it."""
+    obs, returns, lengths, ended = [], [], [], []
+    for i in range(num_envs):
+        envs = envpool.make(env_id, env_type="gymnasium", num_envs=1, seed=seed + i)
+        max_steps = envs.spec.config.max_episode_steps
+        space = envs.action_space
+        action = ((space.low + space.high) / 2).astype(space.dtype)[None]
+        envs.reset()
+        for _ in range(i * max_steps // num_envs):
+            envs.step(action)
+        envs.reset(np.array([0]))
+        episode_return, length, done = 0.0, 0, False
+        for _ in range(max_steps - i * max_steps // num_envs):
+            last, reward, terminated, truncated, _ = envs.step(action)
+            episode_return, length = (0.0, 0) if done else (episode_return + float(reward[0]), length + 1)
+            done = bool(terminated[0] or truncated[0])
+        obs.append(gymnasium_flattened(envs.observation_space, last)[0])
+        returns.append(episode_return)
+        lengths.append(length)
+        ended.append(done)
+    return np.array(obs), np.array(returns), np.array(lengths), np.array(ended)
+
+
+@pytest.mark.parametrize("env_id", ["CartpoleSwingup-v1", "Hopper-v4"])  # no terminations; many
+def test_staggered_start_is_each_environment_played_alone(env_id):
+    envs, _handle, _xla_step = ppo.make_envs(env_id, NUM_ENVS, 1, seed=5)
+    start = ppo.staggered_start(envs)
+    obs, returns, lengths, ended = reference_staggered_start(env_id, NUM_ENVS, seed=5)
+
+    np.testing.assert_allclose(start.obs, obs, rtol=1e-6)
+    np.testing.assert_allclose(start.episode_return, returns, rtol=1e-9)
+    np.testing.assert_array_equal(start.episode_length, lengths)
+    np.testing.assert_array_equal(start.is_reset, ended)
+    if env_id == "CartpoleSwingup-v1":  # by hand: 1000 - 125 i steps; environment 0 has just hit the limit
+        np.testing.assert_array_equal(start.episode_length, 1000 - 125 * np.arange(NUM_ENVS))
+        np.testing.assert_array_equal(start.is_reset, np.arange(NUM_ENVS) == 0)
+
+
+def test_training_starts_from_the_staggered_state():
+    cli_args = small_args("--stagger-episodes", "--reward-norm", "none", env_id="CartpoleSwingup-v1", num_steps=200)
+    args, _ = ppo.parse_args(cli_args)
+    envs, handle, xla_step = ppo.make_envs(args.env_id, args.num_envs, args.num_threads, args.seed)
+    programs = ppo.make_programs(args, envs, xla_step)
+    start = ppo.staggered_start(envs)
+    env_state, train_state = programs.init_states(handle, start, {})
+    rollout = jax.jit(
+        partial(ppo.rollout, env=ppo.env_functions(envs, xla_step), apply_fn=train_state.apply_fn, args=args)
+    )
+    _, (transitions, episode_end) = jax.block_until_ready(rollout(train_state.params, env_state, jax.random.PRNGKey(1)))
+
+    # environment 0 has just hit the limit: its first step is the late reset, masked; environment 1, 875
+    # steps in, ends 125 steps later, and logs a 1,000-step episode whose return counts the steps before training
+    assert bool(transitions.is_reset[0, 0]) and not bool(transitions.is_reset[1:, 0].any())
+    assert np.flatnonzero(episode_end.done[:, 1]).tolist() == [124]
+    assert int(episode_end.episode_length[124, 1]) == 1000
+    played = start.episode_return[1] + np.asarray(transitions.reward, np.float64)[:125, 1].sum()
+    np.testing.assert_allclose(float(episode_end.episode_return[124, 1]), played, rtol=1e-5)

@@ -94,7 +94,7 @@ def test_the_overlapped_loop_logs_each_iteration_as_a_loop_that_waits_for_each_o
     args, _ = ppo.parse_args(cli_args)
     envs, handle, xla_step = ppo.make_envs(args.env_id, args.num_envs, args.num_threads, args.seed)
     programs = ppo.make_programs(args, envs, xla_step)
-    env_state, train_state = programs.init_states(handle, envs.reset()[0], {})
+    env_state, train_state = programs.init_states(handle, ppo.reset_start(envs), {})
     learning_rate = ppo.make_optimizer(args)[1]
     expected = {
         "losses/value_loss": [],
