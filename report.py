@@ -26,6 +26,8 @@ Definitions
   final return  the mean of the `charts/episodic_return` values logged in the last `--window-steps`
                 environment steps of a run (steps > last step - window); a run shorter than the window
                 uses its last `--short-run-fraction` instead.
+  final success the mean of `charts/success_rate` over the same window, for tasks that report success
+                (MetaWorld, robotics, MyoSuite); a column of the table only where some run logged it.
   eval return   `eval/episodic_return`: the training script's evaluation of the mean action, averaged over
                 several episodes, logged at fixed steps (the same for every seed of a configuration).
   last eval     a run's last eval return.
@@ -174,7 +176,7 @@ REFERENCES = {
 }
 # The per-run CSV, runs.csv: written from the event files, read back by --finals.
 RUNS_CSV_COLUMNS = ["env_id", "exp_name", "seed", "status", "steps", "window", "final_return", "eval_at_max"]
-RUNS_CSV_COLUMNS += ["last_eval", "wall_clock", "run"]
+RUNS_CSV_COLUMNS += ["last_eval", "final_success", "wall_clock", "run"]
 SCORES = {"final_return": "final return", "eval_at_max": "eval at max"}  # CSV column -> what the tables say
 
 
@@ -195,6 +197,7 @@ class Run:
     short: bool  # the run was shorter than --window-steps
     in_progress: bool = False  # empty, or behind the longest run of its group: in no mean and no curve
     eval_at_max: float = math.nan  # its eval return where its group's mean eval curve peaks
+    final_success: float = math.nan  # the mean success rate in the final-return window, where the task reports one
 
     def logged(self, tag: str) -> bool:
         return len(self.curves[tag][0]) > 0
@@ -402,12 +405,15 @@ def load_run(info: dict, path: Path, window_steps: int, short_run_fraction: floa
     steps, values, seconds = series(RETURN_TAG)
     curves = {tag: series(tag)[:2] for tag in TRAINING_TAGS + EVAL_TAGS}
 
+    def window_mean(steps, values):
+        in_window = steps > total_steps - window
+        return float(values[in_window].mean()) if in_window.any() else math.nan
+
     if empty:
-        window, short, final = math.nan, False, math.nan
+        window, short, final, final_success = math.nan, False, math.nan, math.nan
     else:
         window, short = final_return_window(total_steps, window_steps, short_run_fraction)
-        in_window = steps > total_steps - window
-        final = float(values[in_window].mean()) if in_window.any() else math.nan
+        final, final_success = window_mean(steps, values), window_mean(*curves[SUCCESS_TAG])
     return Run(
         env_id=info["env_id"],
         exp_name=info["exp_name"],
@@ -422,6 +428,7 @@ def load_run(info: dict, path: Path, window_steps: int, short_run_fraction: floa
         final_return=final,
         window=window,
         short=short,
+        final_success=final_success,
     )
 
 
@@ -507,6 +514,7 @@ def render_markdown(
     groups: dict[tuple[str, str], list[Run]], args, plots: dict[str, list[str]], comparison: list[str]
 ) -> str:
     any_short = any(run.short for runs in groups.values() for run in runs)
+    with_success = any(run.logged(SUCCESS_TAG) for runs in groups.values() for run in runs)
     window = f"{args.window_steps:,}"
     lines = [
         "# Benchmark",
@@ -522,26 +530,28 @@ def render_markdown(
         + f". **Max eval return**: the highest mean over seeds of `{EVAL_TAG}` (the mean action's return), "
         "taken over the steps every seed evaluated, @ that step. "
         "**Wall-clock**: last event minus first event of the run, in seconds. "
-        "Mean ± std (population, ddof=0) over seeds; one seed: its value.",
+        + (
+            f"**Final success**: the mean of `{SUCCESS_TAG}` over the same window (tasks that report success). "
+            if with_success
+            else ""
+        )
+        + "Mean ± std (population, ddof=0) over seeds; one seed: its value.",
         "",
     ]
     rows = []
     for (env_id, exp_name), runs in sorted(groups.items()):
         logged = [run for run in runs if not run.in_progress]
         mark = " †" if any(run.short for run in logged) else ""
-        rows.append(
-            [
-                env_id,
-                exp_name,
-                seeds_cell(runs),
-                steps_cell(logged),
-                format_mean_std([run.final_return for run in logged], 2) + mark,
-                max_eval_cell(logged),
-                format_mean_std([run.wall_clock for run in logged], 1),
-            ]
-        )
-    header = ["Environment", "Experiment", "Seeds", "Steps", "Final return", "Max eval return", "Wall-clock [s]"]
-    lines += markdown_table(header, rows, right={2, 3, 4, 5, 6})
+        successes = [run.final_success for run in logged if not math.isnan(run.final_success)]
+        row = [env_id, exp_name, seeds_cell(runs), steps_cell(logged)]
+        row += [format_mean_std([run.final_return for run in logged], 2) + mark]
+        row += [format_mean_std(successes, 2) if successes else "-"] if with_success else []
+        row += [max_eval_cell(logged), format_mean_std([run.wall_clock for run in logged], 1)]
+        rows.append(row)
+    header = ["Environment", "Experiment", "Seeds", "Steps", "Final return"]
+    header += ["Final success"] if with_success else []
+    header += ["Max eval return", "Wall-clock [s]"]
+    lines += markdown_table(header, rows, right=set(range(2, len(header))))
     if comparison:
         lines += ["", *comparison]
 
@@ -764,6 +774,7 @@ def runs_csv_rows(groups: dict[tuple[str, str], list[Run]]):
                 run.final_return,
                 run.eval_at_max,
                 last_eval,
+                run.final_success,
                 run.wall_clock,
                 run.path.name,
             ]

@@ -227,7 +227,7 @@ def test_csvs_match_the_event_files(tmp_path, capsys):
     write_run(runs, f"{ENV}__ppo__3__100", {"charts/episodic_return": [(100, 7.0)]})  # in progress
 
     # 4 grid points over steps 100-400 are the logged steps themselves: no interpolation to redo here
-    code, _, _ = run_report(runs, tmp_path / "out", capsys, "--window-steps", "250", "--grid-points", "4")
+    code, out, _ = run_report(runs, tmp_path / "out", capsys, "--window-steps", "250", "--grid-points", "4")
 
     assert code == 0
     curves = {}
@@ -244,17 +244,21 @@ def test_csvs_match_the_event_files(tmp_path, capsys):
 
     rows = {int(row["seed"]): row for row in read_csv(tmp_path / "out" / "runs.csv")}
     # the final return averages steps > 400 - 250; the mean eval curve (15, 20) peaks at step 400
+    # and the final success the success rates in that window, (0.5 + 1 + 1) / 3 and (0 + 0.5 + 1) / 3
     expected = {
-        1: ("included", 3.0, 30.0, 30.0),
-        2: ("included", 17 / 3, 10.0, 10.0),
-        3: ("in progress", 7.0, None, None),  # 100 steps < the window: its last 10%, the return at step 100
+        1: ("included", 3.0, 30.0, 30.0, 2.5 / 3),
+        2: ("included", 17 / 3, 10.0, 10.0, 0.5),
+        3: ("in progress", 7.0, None, None, None),  # 100 steps < the window: its last 10%, the return at step 100
     }
-    for seed, (status, final, eval_at_max, last_eval) in expected.items():
+    for seed, (status, final, eval_at_max, last_eval, final_success) in expected.items():
         row = rows[seed]
         assert row["status"] == status and row["run"] == f"{ENV}__ppo__{seed}__100"
         assert float(row["final_return"]) == pytest.approx(final)
         assert (float(row["eval_at_max"]) if row["eval_at_max"] else None) == eval_at_max
         assert (float(row["last_eval"]) if row["last_eval"] else None) == last_eval
+        assert (float(row["final_success"]) if row["final_success"] else None) == pytest.approx(final_success)
+    # the table: mean and population std over the included seeds, (2.5 / 3 + 0.5) / 2 and 1 / 6
+    assert group_rows(out)["ppo"]["Final success"] == "0.67 ± 0.17"
 
 
 def test_the_default_out_dir_is_report_not_docs(tmp_path, capsys, monkeypatch):
