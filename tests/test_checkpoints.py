@@ -187,8 +187,8 @@ def test_the_restored_state_is_the_saved_one(saved_run):
     raw = flax.serialization.msgpack_restore((run_dir / MODEL_NAME).read_bytes())
     args, checkpoint = ppo.parse_args(["--resume", str(run_dir), "--total-timesteps", "8192"])
     envs, handle, xla_step = ppo.make_envs(args.env_id, args.num_envs, args.num_threads, args.seed)
-    first_obs = envs.reset()[0]
-    state = ppo.initial_state(ppo.make_programs(args, envs, xla_step), handle, first_obs, checkpoint)
+    start = ppo.reset_start(envs)
+    state = ppo.initial_state(ppo.make_programs(args, envs, xla_step), handle, start, checkpoint)
     restored = flatten(flax.serialization.to_state_dict(jax.device_get(state.train_state)))
     saved = flatten(raw["train_state"])
     assert restored.keys() == saved.keys() and len(saved) > 10
@@ -198,7 +198,7 @@ def test_the_restored_state_is_the_saved_one(saved_run):
     np.testing.assert_array_equal(state.env_state.return_rms.var, raw["return_rms"]["var"])
     # Chan's merge of the saved moments with the 8 first observations, in float64.
     saved_mean, saved_var, saved_count = (np.float64(raw["obs_rms"][key]) for key in ("mean", "var", "count"))
-    batch = first_obs.astype(np.float64)
+    batch = start.obs.astype(np.float64)
     count = saved_count + len(batch)
     delta = batch.mean(0) - saved_mean
     mean = saved_mean + delta * len(batch) / count
