@@ -15,24 +15,9 @@ import argparse
 import numpy as np
 
 import ppo_continuous_envpool_jax as ppo
+import report
 
-SUITE = [
-    "HalfCheetah-v4",
-    "Hopper-v4",
-    "Walker2d-v4",
-    "Ant-v4",
-    "Humanoid-v4",
-    "InvertedPendulum-v4",
-    "InvertedDoublePendulum-v4",
-    "Swimmer-v4",
-    "Reacher-v4",
-    "CartpoleSwingup-v1",
-    "CheetahRun-v1",
-    "WalkerWalk-v1",
-    "WalkerRun-v1",
-    "FingerSpin-v1",
-    "ReacherHard-v1",
-]
+SUITE = list(report.REFERENCES["suite"].figures)  # the 15 tasks the defaults are chosen on
 
 
 def random_episode_returns(env_id: str, episodes: int, seed: int) -> np.ndarray:

@@ -53,8 +53,8 @@ computed with their `rliable` library)
                 a run's final return (or eval at max) divided by the reference of its task: the published
                 figure of `--reference` (REFERENCES below), or with `--baseline EXP` the mean final return
                 of EXP on that task. `--reference suite` also takes a uniformly random policy's return
-                (random_returns.py) as zero: (return - random) / (figure - random). Tasks without a reference, or that some compared experiment has not
-                run, are left out, with a line on stderr.
+                (random_returns.py) as zero: (return - random) / (figure - random). Tasks without a
+                reference, or that some compared experiment has not run, are left out, with a line on stderr.
   runs          per experiment, the seeds it has on every compared task (the bootstrap needs as many runs
                 on each task); the others are left out, with a line on stderr.
   IQM           interquartile mean: the mean of the middle 50% of all (run, task) scores, robust to the
