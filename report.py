@@ -66,6 +66,9 @@ computed with their `rliable` library)
                 once, the experiment with the higher IQM as X. Its CI resamples X's and Y's runs apart.
   performance profile
                 the fraction of (run, task) scores above each threshold tau, with 95% CI bands.
+  against       with `--against EXP`, per task (every task, with a reference or not), each experiment's mean
+                final return minus EXP's, in standard errors of EXP's mean (population std / sqrt(seeds)), and
+                per experiment the tasks where it is more than one SE below EXP.
 
 This tool reads the event files only; it does not import the training script.
 """
@@ -294,6 +297,11 @@ def parse_args(argv=None) -> argparse.Namespace:
         "--baseline",
         metavar="EXP",
         help="divide each task's scores by this experiment's mean final return there, instead of --reference",
+    )
+    parser.add_argument(
+        "--against",
+        metavar="EXP",
+        help="also compare every task's mean final return with this experiment's, in its standard errors",
     )
     parser.add_argument(
         "--bootstrap-reps",
@@ -939,6 +947,60 @@ def ci_cell(point: float, interval: np.ndarray) -> str:
     return f"{point:.2f} [{interval[0]:.2f}, {interval[1]:.2f}]"
 
 
+def against_control(finals: list[Final], control: str) -> list[str]:
+    """The Markdown of --against: per task, each experiment's mean final return minus the control's, in standard
+    errors of the control's mean (its population std / sqrt(seeds)), and the tasks where it is more than one below."""
+    returns: dict[tuple[str, str], list[float]] = defaultdict(list)
+    for final in finals:
+        if math.isfinite(final.final_return):
+            returns[(final.env_id, final.exp_name)].append(final.final_return)
+    tasks = sorted({task for task, exp_name in returns if exp_name == control})
+    if not tasks:
+        raise BadInput(f"--against {control}: no final return of that exp name")
+    others = sorted({exp_name for _, exp_name in returns} - {control})
+    rows, below = [], defaultdict(list)
+    for task in tasks:
+        mean, std, n = mean_std(returns[(task, control)])
+        se = std / math.sqrt(n)
+        row = [task, f"{mean:.2f} ± {se:.2f} ({n})"]
+        for exp_name in others:
+            values = returns.get((task, exp_name))
+            if not values:
+                row.append("n/a")
+                continue
+            difference = float(np.mean(values)) - mean
+            if se > 0:
+                in_se = f"{difference / se:+.1f} SE"
+                if difference < -se:
+                    below[exp_name].append(task)
+            else:  # one seed, or seeds that agree: no standard error to measure by
+                in_se = f"{difference:+.2f}, no SE"
+            row.append(f"{mean + difference:.2f} ({in_se}, {len(values)})")
+        rows.append(row)
+    lines = [
+        "",
+        (
+            f"**Against `{control}`**: per task, the mean final return over seeds (in brackets: minus `{control}`'s "
+            f"mean, in standard errors of that mean, its population std / sqrt(seeds); and the seeds), all tasks, "
+            "with or without a reference figure."
+        ),
+        "",
+    ]
+    lines += markdown_table(
+        ["Task", f"{control}: mean ± SE (seeds)", *others], rows, right=set(range(1, len(others) + 2))
+    )
+    lines += [""] + [
+        f"- `{exp_name}`: more than one SE below `{control}` on "
+        + (
+            f"{len(below[exp_name])} of {len(tasks)} tasks: {', '.join(below[exp_name])}"
+            if below[exp_name]
+            else "no task"
+        )
+        for exp_name in others
+    ]
+    return lines
+
+
 def compare(finals: list[Final], args: argparse.Namespace) -> tuple[list[str], dict[str, np.ndarray]]:
     """The Markdown of the comparison across tasks, and each experiment's normalised final returns (runs, tasks).
 
@@ -946,9 +1008,10 @@ def compare(finals: list[Final], args: argparse.Namespace) -> tuple[list[str], d
     """
     reference = reference_figures(finals, args)
     experiments = sorted({final.exp_name for final in finals})
+    against = against_control(finals, args.against) if args.against else []
     tasks = compared_tasks(finals, experiments, reference.figures)
     if not tasks:
-        return [], {}
+        return (["## Across tasks", *against] if against else []), {}
     matrices: dict[str, dict[str, np.ndarray]] = {score: {} for score in SCORES}
     iqms: dict[str, dict[str, float]] = {score: {} for score in SCORES}
     rows = []
@@ -1005,7 +1068,7 @@ def compare(finals: list[Final], args: argparse.Namespace) -> tuple[list[str], d
             "",
         ]
         lines += markdown_table(["X", "Y", "Score", "P(X > Y) [95% CI]"], pairs, right={3})
-    return lines, matrices["final_return"]
+    return lines + against, matrices["final_return"]
 
 
 def plot_profile(matrices: dict[str, np.ndarray], out_dir: Path, args: argparse.Namespace) -> str:

@@ -362,6 +362,43 @@ def test_baseline_normalises_by_that_experiments_mean(tmp_path, capsys):
     assert aggregates[("base", "final return")][2][0] == 1.0
 
 
+def test_against_measures_each_task_in_the_controls_standard_errors(tmp_path, capsys):
+    # Hopper-v4: control 100, 300 -> mean 200, population std 100, SE 100 / sqrt(2) = 70.71; `up` 400, 400 is
+    # 200 above, +2.83 SE; `down` 100, 140 is 80 below, -1.13 SE. Pusher-v4 (no reference figure, in the table all
+    # the same): control -30, -34, SE 2 / sqrt(2) = 1.41; `up` -31 is +1 (+0.7 SE), `down` -33 -1 (-0.7 SE).
+    # InvertedPendulum-v4: every run 1000, no SE to measure by.
+    finals = [(ENV, "control", 1, 100.0), (ENV, "control", 2, 300.0), (ENV, "up", 1, 400.0), (ENV, "up", 2, 400.0)]
+    finals += [(ENV, "down", 1, 100.0), (ENV, "down", 2, 140.0)]
+    finals += [("Pusher-v4", name, seed, value) for name, seed, value in [("control", 1, -30.0), ("control", 2, -34.0)]]
+    finals += [("Pusher-v4", "up", 1, -31.0), ("Pusher-v4", "down", 1, -33.0)]
+    finals += [("InvertedPendulum-v4", name, 1, 1000.0) for name in ("control", "up", "down")]
+    path = write_finals(tmp_path / "finals.csv", finals)
+
+    compare(path, tmp_path / "out", capsys, "--against", "control")
+    markdown = (tmp_path / "out" / "benchmark.md").read_text()
+
+    rows = {row["Task"]: row for row in parse_markdown_table(markdown, ["Task"])}
+    assert rows[ENV] == {
+        "Task": ENV,
+        "control: mean ± SE (seeds)": "200.00 ± 70.71 (2)",
+        "down": "120.00 (-1.1 SE, 2)",
+        "up": "400.00 (+2.8 SE, 2)",
+    }
+    assert (rows["Pusher-v4"]["up"], rows["Pusher-v4"]["down"]) == ("-31.00 (+0.7 SE, 1)", "-33.00 (-0.7 SE, 1)")
+    assert rows["InvertedPendulum-v4"]["up"] == "1000.00 (+0.00, no SE, 1)"
+    assert "- `down`: more than one SE below `control` on 1 of 3 tasks: Hopper-v4" in markdown
+    assert "- `up`: more than one SE below `control` on no task" in markdown
+
+
+def test_against_an_experiment_that_did_not_run_is_an_error(tmp_path, capsys):
+    path = write_finals(tmp_path / "finals.csv", [(ENV, "ppo", 1, 100.0)])
+
+    code = report.main(["--finals", str(path), "--out-dir", str(tmp_path / "out"), "--against", "typo"])
+
+    assert code == 1
+    assert capsys.readouterr().err == "report.py: error: --against typo: no final return of that exp name\n"
+
+
 def test_probability_of_improvement_is_one_when_every_run_is_better(tmp_path, capsys):
     # on each task, every run of `good` scores above every run of `bad`, so every resample keeps P = 1
     finals = []
