@@ -958,7 +958,7 @@ def against_control(finals: list[Final], control: str) -> list[str]:
     if not tasks:
         raise BadInput(f"--against {control}: no final return of that exp name")
     others = sorted({exp_name for _, exp_name in returns} - {control})
-    rows, below = [], defaultdict(list)
+    rows, below, measured = [], defaultdict(list), defaultdict(int)
     for task in tasks:
         mean, std, n = mean_std(returns[(task, control)])
         se = std / math.sqrt(n)
@@ -971,6 +971,7 @@ def against_control(finals: list[Final], control: str) -> list[str]:
             difference = float(np.mean(values)) - mean
             if se > 0:
                 in_se = f"{difference / se:+.1f} SE"
+                measured[exp_name] += 1
                 if difference < -se:
                     below[exp_name].append(task)
             else:  # one seed, or seeds that agree: no standard error to measure by
@@ -989,15 +990,13 @@ def against_control(finals: list[Final], control: str) -> list[str]:
     lines += markdown_table(
         ["Task", f"{control}: mean ± SE (seeds)", *others], rows, right=set(range(1, len(others) + 2))
     )
-    lines += [""] + [
-        f"- `{exp_name}`: more than one SE below `{control}` on "
-        + (
-            f"{len(below[exp_name])} of {len(tasks)} tasks: {', '.join(below[exp_name])}"
-            if below[exp_name]
-            else "no task"
+    lines.append("")
+    for exp_name in others:
+        tasks_below = f": {', '.join(below[exp_name])}" if below[exp_name] else ""
+        lines.append(
+            f"- `{exp_name}`: more than one SE below `{control}` on {len(below[exp_name])} of the "
+            f"{measured[exp_name]} tasks with an SE{tasks_below}"
         )
-        for exp_name in others
-    ]
     return lines
 
 

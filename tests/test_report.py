@@ -386,8 +386,8 @@ def test_against_measures_each_task_in_the_controls_standard_errors(tmp_path, ca
     }
     assert (rows["Pusher-v4"]["up"], rows["Pusher-v4"]["down"]) == ("-31.00 (+0.7 SE, 1)", "-33.00 (-0.7 SE, 1)")
     assert rows["InvertedPendulum-v4"]["up"] == "1000.00 (+0.00, no SE, 1)"
-    assert "- `down`: more than one SE below `control` on 1 of 3 tasks: Hopper-v4" in markdown
-    assert "- `up`: more than one SE below `control` on no task" in markdown
+    assert "- `down`: more than one SE below `control` on 1 of the 2 tasks with an SE: Hopper-v4" in markdown
+    assert "- `up`: more than one SE below `control` on 0 of the 2 tasks with an SE\n" in markdown
 
 
 def test_against_an_experiment_that_did_not_run_is_an_error(tmp_path, capsys):
