@@ -950,32 +950,35 @@ def ci_cell(point: float, interval: np.ndarray) -> str:
 def against_control(finals: list[Final], control: str) -> list[str]:
     """The Markdown of --against: per task, each experiment's mean final return minus the control's, in standard
     errors of the control's mean (its population std / sqrt(seeds)), and the tasks where it is more than one below."""
-    returns: dict[tuple[str, str], list[float]] = defaultdict(list)
+    returns: dict[tuple[str, str], dict[int, float]] = defaultdict(dict)  # a seed once, as in the comparison
     for final in finals:
         if math.isfinite(final.final_return):
-            returns[(final.env_id, final.exp_name)].append(final.final_return)
+            returns[(final.env_id, final.exp_name)][final.seed] = final.final_return
     tasks = sorted({task for task, exp_name in returns if exp_name == control})
     if not tasks:
         raise BadInput(f"--against {control}: no final return of that exp name")
     others = sorted({exp_name for _, exp_name in returns} - {control})
+    for task in sorted({task for task, _ in returns} - set(tasks)):
+        note(f"--against {control} leaves out {task}: no final return of {control}")
     rows, below, measured = [], defaultdict(list), defaultdict(int)
     for task in tasks:
-        mean, std, n = mean_std(returns[(task, control)])
+        mean, std, n = mean_std(returns[(task, control)].values())
         se = std / math.sqrt(n)
         row = [task, f"{mean:.2f} ± {se:.2f} ({n})"]
         for exp_name in others:
-            values = returns.get((task, exp_name))
+            values = list(returns.get((task, exp_name), {}).values())
             if not values:
                 row.append("n/a")
                 continue
             difference = float(np.mean(values)) - mean
-            if se > 0:
-                in_se = f"{difference / se:+.1f} SE"
+            # Seeds that agree can leave a std of rounding error (np.std([5.4] * 3) is 8.9e-16), not a scale.
+            if se > 1e-9 * max(1.0, abs(mean)):
+                in_se = f"{round(difference / se, 1) + 0.0:+.1f} SE"  # + 0.0: no "-0.0"
                 measured[exp_name] += 1
                 if difference < -se:
                     below[exp_name].append(task)
             else:  # one seed, or seeds that agree: no standard error to measure by
-                in_se = f"{difference:+.2f}, no SE"
+                in_se = f"{round(difference, 2) + 0.0:+.2f}, no SE"
             row.append(f"{mean + difference:.2f} ({in_se}, {len(values)})")
         rows.append(row)
     lines = [

@@ -366,15 +366,17 @@ def test_against_measures_each_task_in_the_controls_standard_errors(tmp_path, ca
     # Hopper-v4: control 100, 300 -> mean 200, population std 100, SE 100 / sqrt(2) = 70.71; `up` 400, 400 is
     # 200 above, +2.83 SE; `down` 100, 140 is 80 below, -1.13 SE. Pusher-v4 (no reference figure, in the table all
     # the same): control -30, -34, SE 2 / sqrt(2) = 1.41; `up` -31 is +1 (+0.7 SE), `down` -33 -1 (-0.7 SE).
-    # InvertedPendulum-v4: every run 1000, no SE to measure by.
+    # InvertedPendulum-v4: every run 5.4, no SE to measure by (though NumPy's std of three 5.4s is 8.9e-16).
+    # Swimmer-v4 only `up` ran: left out, with a line on stderr; Reacher-v4 only the control: n/a for the others.
     finals = [(ENV, "control", 1, 100.0), (ENV, "control", 2, 300.0), (ENV, "up", 1, 400.0), (ENV, "up", 2, 400.0)]
     finals += [(ENV, "down", 1, 100.0), (ENV, "down", 2, 140.0)]
     finals += [("Pusher-v4", name, seed, value) for name, seed, value in [("control", 1, -30.0), ("control", 2, -34.0)]]
     finals += [("Pusher-v4", "up", 1, -31.0), ("Pusher-v4", "down", 1, -33.0)]
-    finals += [("InvertedPendulum-v4", name, 1, 1000.0) for name in ("control", "up", "down")]
+    finals += [("InvertedPendulum-v4", name, seed, 5.4) for name in ("control", "up", "down") for seed in (1, 2, 3)]
+    finals += [("Swimmer-v4", "up", 1, 40.0), ("Reacher-v4", "control", 1, -5.0), ("Reacher-v4", "control", 2, -4.0)]
     path = write_finals(tmp_path / "finals.csv", finals)
 
-    compare(path, tmp_path / "out", capsys, "--against", "control")
+    *_, err = compare(path, tmp_path / "out", capsys, "--against", "control")
     markdown = (tmp_path / "out" / "benchmark.md").read_text()
 
     rows = {row["Task"]: row for row in parse_markdown_table(markdown, ["Task"])}
@@ -385,7 +387,10 @@ def test_against_measures_each_task_in_the_controls_standard_errors(tmp_path, ca
         "up": "400.00 (+2.8 SE, 2)",
     }
     assert (rows["Pusher-v4"]["up"], rows["Pusher-v4"]["down"]) == ("-31.00 (+0.7 SE, 1)", "-33.00 (-0.7 SE, 1)")
-    assert rows["InvertedPendulum-v4"]["up"] == "1000.00 (+0.00, no SE, 1)"
+    assert rows["InvertedPendulum-v4"]["up"] == "5.40 (+0.00, no SE, 3)"
+    assert "Swimmer-v4" not in rows
+    assert (rows["Reacher-v4"]["up"], rows["Reacher-v4"]["down"]) == ("n/a", "n/a")
+    assert "--against control leaves out Swimmer-v4: no final return of control" in err
     assert "- `down`: more than one SE below `control` on 1 of the 2 tasks with an SE: Hopper-v4" in markdown
     assert "- `up`: more than one SE below `control` on 0 of the 2 tasks with an SE\n" in markdown
 
