@@ -970,7 +970,8 @@ def against_control(finals: list[Final], control: str) -> list[str]:
             if not values:
                 row.append("n/a")
                 continue
-            difference = float(np.mean(values)) - mean
+            other = float(np.mean(values))
+            difference = other - mean
             # Seeds that agree can leave a std of rounding error (np.std([5.4] * 3) is 8.9e-16), not a scale.
             if se > 1e-9 * max(1.0, abs(mean)):
                 in_se = f"{round(difference / se, 1) + 0.0:+.1f} SE"  # + 0.0: no "-0.0"
@@ -979,7 +980,7 @@ def against_control(finals: list[Final], control: str) -> list[str]:
                     below[exp_name].append(task)
             else:  # one seed, or seeds that agree: no standard error to measure by
                 in_se = f"{round(difference, 2) + 0.0:+.2f}, no SE"
-            row.append(f"{mean + difference:.2f} ({in_se}, {len(values)})")
+            row.append(f"{other:.2f} ({in_se}, {len(values)})")
         rows.append(row)
     lines = [
         "",
