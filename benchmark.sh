@@ -25,7 +25,10 @@ bad option).
 A sweep that stopped (Ctrl-C, a killed process, a lost machine, a Slurm job past its time) is picked
 up with --continue: runs that succeeded are skipped, runs with a checkpoint are resumed in their own
 run directory, the rest (failed ones included) are started; the summary's action column says which
-(skipped, resumed, started). Running the same command again starts a new sweep instead.
+(skipped, resumed, started). A run started again whose earlier attempt left a run directory without a
+checkpoint (killed within its first minute, or failed) has that directory moved to
+runs/logs/<sweep>/abandoned/, kept but out of the report's way. Running the same command again starts a
+new sweep instead.
 
 Sweep:
   --env-ids "A B ..."   env ids, separated by spaces or commas
@@ -427,6 +430,20 @@ plan_run() {
     fi
 }
 
+# abandon_earlier_attempt INDEX: a run being started afresh may have an earlier attempt's run directory
+# (the attempt ended before its first checkpoint); its partial curves would sit beside the new run's in
+# runs/, so it moves to the sweep's abandoned/ folder, kept rather than deleted.
+abandon_earlier_attempt() {
+    local name run_dir
+    [[ "$action" == started ]] || return 0
+    name=$(run_name "$1")
+    run_dir=$(logged_run_dir "$sweep_dir/$name.log")
+    [[ -n "$run_dir" && -d "$run_dir" ]] || return 0
+    mkdir -p "$sweep_dir/abandoned"
+    mv "$run_dir" "$sweep_dir/abandoned/"
+    echo "[$(date +%H:%M:%S)]        $name: the earlier attempt's $run_dir (no checkpoint) moved to $sweep_dir/abandoned/"
+}
+
 signalled=0  # set by run_task's trap
 
 # run_task INDEX: skips, resumes or starts the run in the foreground, appending to its log, and exits
@@ -456,6 +473,7 @@ run_task() {
     rm -f "$status"
     cpus=$(usable_cpus | paste -sd,)
     echo "[$(date +%H:%M:%S)] $action $name (cores $cpus)"
+    abandon_earlier_attempt "$i"
     printf '# %s: %s on %s, cores %s\n+ %s\n' "$(date '+%F %T')" "$action" "$(hostname)" "$cpus" "${cmd[*]}" >>"$log"
     start=$(date +%s)
     # SIGINT/SIGTERM (Ctrl-C of the sweep, scancel, Slurm's time limit or preemption) reach the script

@@ -252,7 +252,9 @@ STUB = r"""#!/usr/bin/env bash
 # Stands in for "python ppo_continuous_envpool_jax.py", keeping the script's side of the contract that
 # benchmark.sh states (run_dir= first, a checkpoint while it runs, --resume RUN_DIR), and reports its
 # arguments and CPU affinity. Bad-v0 fails; Block-v0 writes a checkpoint, says so on $STUB_FIFO and
-# blocks, unless it is resumed; Wait-v0 says so and waits for a line on $STUB_RELEASE, then succeeds.
+# blocks, unless it is resumed; Early-v0 says so and blocks without a checkpoint the first time it runs
+# (no runs/early-ran yet), then succeeds; Wait-v0 says so and waits for a line on $STUB_RELEASE, then
+# succeeds.
 shift
 args="$*" env_id="" seed="" run_dir=""
 while (($#)); do
@@ -273,6 +275,9 @@ case "$env_id" in
     Block-v0)
         touch "$run_dir/stub.model"
         if [[ " $args " != *" --resume "* ]]; then echo "started $$" >"$STUB_FIFO"; exec sleep 600; fi ;;
+    Early-v0)
+        echo "logged before the first checkpoint" >"$run_dir/events"
+        if [[ ! -e runs/early-ran ]]; then touch runs/early-ran; echo "started $$" >"$STUB_FIFO"; exec sleep 600; fi ;;
     Wait-v0) echo "started $$" >"$STUB_FIFO"; read -r _ <"$STUB_RELEASE" ;;  # goes on when released
 esac
 echo "iteration=1/2 global_step=512 return=12.5 SPS=10"
@@ -478,6 +483,31 @@ def test_continue_skips_finished_resumes_checkpointed_and_starts_the_rest(tmp_pa
     first, second = log_attempts(sweep_dir / "Block-v0__1.log")
     assert second == f"{first} --resume runs/{block_dir.name}" and "--exp-name x" in first
     assert not list(block_dir.glob("*.model"))
+
+
+def test_continue_moves_a_run_killed_before_its_checkpoint_aside(tmp_path, stub, fifo):
+    """A run killed before its first checkpoint is started afresh; its earlier run directory leaves runs/
+    (report.py would list it beside the new one) for the sweep's abandoned/ folder, contents kept."""
+    fifo_path, fd = fifo
+    env = {**os.environ, "STUB_FIFO": str(fifo_path)}
+    process = start_process(
+        BENCHMARK, "--workdir", tmp_path, "--python", stub, "--env-ids", "Early-v0", "--seeds", 1, "--workers", 1,
+        env=env,
+    )  # fmt: skip
+    wait_started(fd)
+    (sweep_dir,) = (tmp_path / "runs" / "logs").iterdir()
+    (killed_dir,) = (tmp_path / "runs").glob("Early-v0__*")
+    kill_sweep(process, sweep_dir)
+    process.communicate(timeout=60)
+
+    result = benchmark("--continue", sweep_dir, env=env, timeout=60)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert summary_rows(result.stdout)[("Early-v0", 1)]["action"] == "started"
+    (new_dir,) = (tmp_path / "runs").glob("Early-v0__*")
+    assert new_dir != killed_dir
+    moved = sweep_dir / "abandoned" / killed_dir.name
+    assert (moved / "events").read_text() == "logged before the first checkpoint\n"
+    assert f"runs/{killed_dir.name} (no checkpoint) moved to" in result.stdout
 
 
 def test_continue_takes_the_sweep_from_its_directory(tmp_path, stub):
