@@ -16,7 +16,8 @@ groups the runs by (env id, exp name) over seeds, and writes
   profile, `performance_profile.png`.
 
 With `--finals CSV` it reads per-run finals from a CSV (a `runs.csv` of this tool, or one built from
-published tables) instead of a runs directory, and writes the comparison alone.
+published tables) instead of a runs directory, and writes the comparison alone; repeated, it reads them
+all, e.g. the runs.csv of each sweep of a screen, kept after the run directories are gone.
 
 A sweep may still be running: a run that has logged fewer steps than the longest run of its (env id,
 exp name), or no scalar at all yet, is listed as "in progress" and counts nowhere else. Other directories
@@ -244,10 +245,12 @@ def parse_args(argv=None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--finals",
+        action="append",
         type=Path,
         metavar="CSV",
         help="compare the per-run finals of this CSV (columns env_id, exp_name, seed, final_return and optionally "
-        "status, eval_at_max, as in runs.csv) instead of reading RUNS_DIR; writes the comparison alone",
+        "status, eval_at_max, as in runs.csv) instead of reading RUNS_DIR; writes the comparison alone; "
+        "repeatable (a run, env id x exp name x seed, may be in one of them only)",
     )
     parser.add_argument("--exp-name", action="append", metavar="NAME", help="only runs of this exp name (repeatable)")
     parser.add_argument("--env-id", action="append", metavar="ID", help="only runs of this env id (repeatable)")
@@ -327,8 +330,9 @@ def parse_args(argv=None) -> argparse.Namespace:
         parser.error(f"--grid-points must be at least 2, got {args.grid_points}")
     if args.bootstrap_reps < 1:
         parser.error(f"--bootstrap-reps must be positive, got {args.bootstrap_reps}")
-    if args.finals is not None and not args.finals.is_file():
-        parser.error(f"finals CSV not found: {args.finals}")
+    for path in args.finals or []:
+        if not path.is_file():
+            parser.error(f"finals CSV not found: {path}")
     if args.finals is None and not args.runs_dir.is_dir():
         parser.error(f"runs directory not found: {args.runs_dir}")
     return args
@@ -513,7 +517,8 @@ def filters_text(args: argparse.Namespace) -> str:
 
 def render_comparison(args: argparse.Namespace, comparison: list[str]) -> str:
     """The report of --finals: the comparison across tasks alone."""
-    lines = ["# Comparison across tasks", "", f"Per-run finals read from `{args.finals}`{filters_text(args)}.", ""]
+    read = ", ".join(f"`{path}`" for path in args.finals)
+    lines = ["# Comparison across tasks", "", f"Per-run finals read from {read}{filters_text(args)}.", ""]
     lines += comparison[2:] if comparison else ["No task to compare: see stderr."]  # [2:]: no second heading
     return "\n".join(lines).rstrip() + "\n"
 
@@ -829,6 +834,20 @@ def read_finals(path: Path, args: argparse.Namespace) -> list[Final]:
     return finals
 
 
+def read_all_finals(paths: list[Path], args: argparse.Namespace) -> list[Final]:
+    """read_finals of each CSV; a run found twice (in two files, or twice in one) is an error, as it would
+    count twice."""
+    finals, where = [], {}
+    for path in paths:
+        for final in read_finals(path, args):
+            key = (final.env_id, final.exp_name, final.seed)
+            if key in where:
+                raise BadInput(f"{final.env_id} `{final.exp_name}` seed {final.seed} is in both {where[key]} and {path}")
+            where[key] = path
+            finals.append(final)
+    return finals
+
+
 # ---------------------------------------------------------------------------------------------------
 # Comparison across tasks
 # ---------------------------------------------------------------------------------------------------
@@ -1137,11 +1156,10 @@ def main(argv=None) -> int:
                 if not run.in_progress
             ]
         else:
-            finals = read_finals(args.finals, args)
+            finals = read_all_finals(args.finals, args)
             if not finals:
-                raise BadInput(
-                    f"no included run{' matching the filters' if filters_text(args) else ''} in {args.finals}"
-                )
+                files = ", ".join(map(str, args.finals))
+                raise BadInput(f"no included run{' matching the filters' if filters_text(args) else ''} in {files}")
         comparison, matrices = compare(finals, args)
     except BadInput as error:
         print(f"report.py: error: {error}", file=sys.stderr)

@@ -395,6 +395,30 @@ def test_against_measures_each_task_in_the_controls_standard_errors(tmp_path, ca
     assert "- `up`: more than one SE below `control` on 0 of the 2 tasks with an SE\n" in markdown
 
 
+def test_finals_of_several_csvs_compare_as_one_csv_of_them_all(tmp_path, capsys):
+    # two sweeps' runs.csv, read together, against the same rows in one file
+    rng = np.random.default_rng(0)
+    rows = [
+        (task, name, seed, rng.normal(1.0, 0.2) * figure)
+        for name in ("base", "new")
+        for task, figure in TIANSHOU.items()
+        for seed in (1, 2, 3)
+    ]
+    first = write_finals(tmp_path / "first.csv", rows[:5])
+    second = write_finals(tmp_path / "second.csv", rows[5:])
+    whole = write_finals(tmp_path / "whole.csv", rows)
+
+    code = report.main(["--finals", str(first), "--finals", str(second), "--out-dir", str(tmp_path / "a"), *REPS])
+    split = capsys.readouterr()
+    assert code == 0, split.err
+    assert f"Per-run finals read from `{first}`, `{second}`." in split.out
+    assert comparison_tables(split.out) == compare(whole, tmp_path / "b", capsys)[:2]
+
+    code = report.main(["--finals", str(first), "--finals", str(whole), "--out-dir", str(tmp_path / "c")])
+    assert code == 1
+    assert capsys.readouterr().err == f"report.py: error: Hopper-v4 `base` seed 1 is in both {first} and {whole}\n"
+
+
 def test_against_an_experiment_that_did_not_run_is_an_error(tmp_path, capsys):
     path = write_finals(tmp_path / "finals.csv", [(ENV, "ppo", 1, 100.0)])
 
