@@ -7,8 +7,9 @@ around the algorithm: checkpoints, evaluation and video, signals, progress and l
 line. `python ppo_continuous_envpool_jax.py --help` lists the flags.
 
 Output contract (benchmark.sh reads it): the first line on stdout is `run_dir=<path>`, the directory the run
-logs to; then one line per iteration, `iteration=I/N global_step=S return=R SPS=X` (R is the mean return of
-the episodes that ended in the iteration, `-` where none did), with ` eval=E` where the policy was evaluated.
+logs to; then, where stdout is not a terminal (on one, a progress bar), one line per iteration,
+`iteration=I/N global_step=S return=R SPS=X` (R is the mean return of the episodes that ended in the
+iteration, `-` where none did), with ` eval=E` where the policy was evaluated.
 """
 
 import argparse
@@ -63,8 +64,9 @@ from flax.training.train_state import TrainState
 class PPOArgs:
     # The defaults start from tianshou's MuJoCo PPO configuration (64 envs x 32 steps, 10 epochs of
     # minibatches of 64, value coefficient 0.25, advantages recomputed every epoch, initial log-std -0.5)
-    # and differ from it in advantage normalisation, CleanRL's clipped value loss, reward scaling instead of
-    # return normalisation, and Adam's epsilon. They were chosen on five tasks at once: docs/ablations.md.
+    # and differ from it in advantage normalisation, CleanRL's clipped value loss (and its 0.5 x squared
+    # error, so the value term weighs half of tianshou's; it matters only through the shared grad-norm
+    # clip), reward scaling instead of return normalisation, and Adam's epsilon. They were chosen on five tasks at once: docs/ablations.md.
     env_id: str = "HalfCheetah-v4"
     """the id of an EnvPool MuJoCo task"""
     seed: int = 1
@@ -103,8 +105,8 @@ class PPOArgs:
     clip_coef: float = 0.2
     """the surrogate clipping coefficient"""
     clip_vloss: bool = True
-    """toggles whether or not to use a clipped loss for the value function, as per the paper (on, unlike
-    tianshou: see docs/ablations.md)"""
+    """toggles a clipped loss for the value function (OpenAI baselines' and CleanRL's; not in the PPO paper;
+    on, unlike tianshou: see docs/ablations.md)"""
     ent_coef: float = 0.0
     """coefficient of the entropy"""
     vf_coef: float = 0.25
@@ -340,7 +342,7 @@ def scale_reward(return_rms: RunningMeanStd, discounted_return, reward, is_reset
 @flax.struct.dataclass
 class EnvState:
     handle: jax.Array  # EnvPool's handle, threaded through jit so the steps stay ordered
-    obs: jax.Array  # (N, obs_dim) the next observation, already normalised
+    obs: jax.Array  # (N, obs_dim) the next observation, normalised with --norm-obs
     is_reset: jax.Array  # (N,) the env ended an episode last step, so the next step is its late reset
     obs_rms: RunningMeanStd
     return_rms: RunningMeanStd  # of the discounted return (--reward-norm scale) or the lambda-return (return)
@@ -651,14 +653,16 @@ def update_epoch(train_state: TrainState, batch: Batch, permutation, *, args: PP
 
 
 def make_optimizer(args: PPOArgs):
-    """Adam after a global grad-norm clip; the learning rate decays linearly to 0 over all gradient steps."""
+    """Adam after a global grad-norm clip; with --anneal-lr the learning rate decays linearly to 0 over all
+    gradient steps."""
     if args.anneal_lr:
         num_updates = args.num_iterations * args.update_epochs * args.num_minibatches
         learning_rate = optax.linear_schedule(args.learning_rate, 0.0, num_updates)
     else:
         learning_rate = optax.constant_schedule(args.learning_rate)
     optimizer = optax.chain(optax.clip_by_global_norm(args.max_grad_norm), optax.adam(learning_rate, eps=args.adam_eps))
-    # On one concatenated vector instead of 13 small arrays: the same arithmetic in a few large XLA kernels.
+    # On one concatenated vector instead of one small array per weight and bias: the same arithmetic in a
+    # few large XLA kernels.
     return optax.flatten(optimizer), learning_rate
 
 
@@ -819,7 +823,8 @@ class Args(PPOArgs):
     resume: str | None = None
     """continue the run whose model or checkpoint is at this path (the .model file or its run directory): its
     flags are the defaults, flags given now override them (not --env-id, --hidden-sizes, --norm-obs,
-    --reward-norm; --init-log-std has no effect); a new --total-timesteps reshapes the lr schedule"""
+    --reward-norm, --num-envs, --num-steps, --num-minibatches, --update-epochs; --init-log-std has no effect);
+    a new --total-timesteps reshapes the lr schedule"""
 
 
 def save_checkpoint(path: str, args: Args, state: RunState):
@@ -952,7 +957,7 @@ def evaluate(args: Args, params, obs_rms: RunningMeanStd) -> Evaluation:
     first_obs = jnp.asarray(reset_observation(envs), jnp.float32)
     carry = jax.device_get(play(params, obs_rms, handle, first_obs))
     successes = carry.successes if env.success_key else None
-    # The float32 rewards summed on the host in float64, as the NumPy loop this replaced summed them.
+    # Each return is the float64 sum of EnvPool's float32 rewards, summed on the host.
     return Evaluation(carry.rewards.astype(np.float64).sum(0), carry.lengths, carry.first_actions, successes)
 
 
@@ -1009,10 +1014,13 @@ class StopRequest:
         self.signum = None
 
     def __call__(self, signum, _frame):
-        if self.signum is not None:
-            raise KeyboardInterrupt  # a second signal aborts at once
-        self.signum = signum
         name = signal.Signals(signum).name
+        if self.signum is not None:
+            # A second signal aborts at once. Not by an exception: one raised while a rollout is in flight
+            # would tear EnvPool down under it. What is on disk stays: the last checkpoint, the flushed log.
+            print(f"\n{name} again: aborting without saving", file=sys.stderr, flush=True)
+            os._exit(128 + signum)
+        self.signum = signum
         print(f"\n{name}: stopping after this iteration (send it again to abort without saving)", file=sys.stderr)
 
 
@@ -1329,10 +1337,13 @@ def parse_args(cli_args: list[str] | None = None) -> tuple[Args, dict | None]:
                     f"--{name.replace('_', '-')} {getattr(args, name)} differs from the saved model's "
                     f"{getattr(saved_args, name)}"
                 )
-        if saved.resume and error is None and args.total_timesteps <= checkpoint["global_step"]:
+        # Training runs whole batches, so a total less than a batch beyond the saved step would run none.
+        batch_size = args.num_envs * args.num_steps
+        if saved.resume and error is None and args.total_timesteps < checkpoint["global_step"] + batch_size:
             error = (
                 f"--total-timesteps {args.total_timesteps} is not beyond the saved run's "
-                f"{checkpoint['global_step']} steps; give a larger one to continue it"
+                f"{checkpoint['global_step']} steps by a whole batch ({batch_size}); give at least "
+                f"{checkpoint['global_step'] + batch_size} to continue it"
             )
     if error:
         sys.exit(f"error: {error}")

@@ -240,6 +240,8 @@ def test_resume_refuses_a_different_task(saved_run, tmp_path):
         (["--num-envs", "16"], "--num-envs 16 differs from the saved model's 8"),
         (["--num-minibatches", "2"], "--num-minibatches 2 differs from the saved model's 4"),
         (["--total-timesteps", "4096"], "--total-timesteps 4096 is not beyond the saved run's 4096 steps"),
+        # 504 steps more, less than a batch of 8 x 64: no iteration would run
+        (["--total-timesteps", "4600"], "--total-timesteps 4600 is not beyond the saved run's 4096 steps by a whole"),
     ],
 )
 def test_resume_refuses_another_batch_and_a_total_already_reached(saved_run, flags, message):
@@ -249,6 +251,23 @@ def test_resume_refuses_another_batch_and_a_total_already_reached(saved_run, fla
     with pytest.raises(SystemExit) as exit_info:
         ppo.parse_args(["--resume", str(run_dir), *flags])
     assert exit_info.value.code.startswith(f"error: {message}")
+
+
+def test_a_second_signal_aborts_in_one_line_and_keeps_the_last_checkpoint(tmp_path):
+    # iterations of 16,384 steps: the first signal's stop at the iteration's end is still ahead when the
+    # second arrives; a checkpoint after every iteration, so one is on disk before the signals
+    flags = ["--env-id", "Hopper-v4", "--num-envs", "8", "--num-steps", "2048", "--total-timesteps", "1000000"]
+    process = start(tmp_path, *flags, "--checkpoint-every-seconds", "0.001")
+    wait_for_line(process, "iteration=2/")  # iteration 1's checkpoint is written before iteration 2 starts
+    process.send_signal(signal.SIGINT)
+    while not (line := process.stderr.readline()).startswith("SIGINT: stopping after this iteration"):
+        assert line, "the run ended before saying it would stop"  # lines before: the libraries' start-up
+    process.send_signal(signal.SIGINT)
+    _stdout, stderr = process.communicate(timeout=60)
+    assert process.returncode == 130
+    assert stderr == "\nSIGINT again: aborting without saving\n"  # one line, no traceback
+    checkpoint = ppo.load_checkpoint(str(only_run_dir(tmp_path) / MODEL_NAME))
+    assert checkpoint["global_step"] in (16384, 2 * 16384)  # iteration 1's, or 2's if saved in between
 
 
 def test_a_resumed_run_stopped_early_keeps_the_checkpoint_it_resumed_from(tmp_path):
