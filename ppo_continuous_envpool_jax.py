@@ -383,6 +383,8 @@ class ActorCritic(nn.Module):
 
     @nn.compact
     def __call__(self, obs):
+        # CleanRL's orthogonal initialisation: gain sqrt(2) for the tanh layers; the policy head 0.01, so
+        # the initial mean action is near 0 in every state; the value head 1.
         def mlp(x, out_dim, out_scale):
             for size in self.hidden_sizes:
                 x = nn.tanh(nn.Dense(size, kernel_init=nn.initializers.orthogonal(np.sqrt(2)))(x))
@@ -615,6 +617,8 @@ def ppo_loss(params, apply_fn, batch: Batch, args: PPOArgs):
         adv_std = jnp.sqrt(weighted_mean((advantage - adv_mean) ** 2, batch.valid))
         advantage = (advantage - adv_mean) / (adv_std + 1e-8)
     clipped_ratio = jnp.clip(ratio, 1.0 - args.clip_coef, 1.0 + args.clip_coef)
+    # The max of the negated objectives is the min of the clipped and unclipped ones: a pessimistic bound,
+    # so moving the ratio beyond [1 - clip, 1 + clip] in the advantage's direction earns nothing.
     policy_loss = weighted_mean(jnp.maximum(-advantage * ratio, -advantage * clipped_ratio), batch.valid)
 
     value_error = (value - batch.target) ** 2
@@ -632,7 +636,7 @@ def ppo_loss(params, apply_fn, batch: Batch, args: PPOArgs):
         "value_loss": value_loss,
         "entropy": entropy,
         "old_approx_kl": weighted_mean(-log_ratio, batch.valid),
-        "approx_kl": weighted_mean((ratio - 1.0) - log_ratio, batch.valid),
+        "approx_kl": weighted_mean((ratio - 1.0) - log_ratio, batch.valid),  # KL(old || new): unbiased, >= 0
         "clipfrac": weighted_mean((jnp.abs(ratio - 1.0) > args.clip_coef).astype(jnp.float32), batch.valid),
     }
     return loss, metrics
@@ -748,8 +752,9 @@ class Programs(NamedTuple):
 
 
 def make_programs(args: PPOArgs, envs, xla_step) -> Programs:
-    """Keep `envs` alive until the programs' results are ready: JAX returns before a rollout ends, and a
-    rollout whose EnvPool was freed waits for it forever (`train` holds `envs` to the end)."""
+    """Compile the pieces of an iteration once, bound to this EnvPool's XLA step. Keep `envs` alive until
+    the programs' results are ready: JAX returns before a rollout ends, and a rollout whose EnvPool was freed
+    waits for it forever (`train` holds `envs` to the end)."""
     network = make_network(args, envs)
     optimizer, learning_rate = make_optimizer(args)
     env = env_functions(envs, xla_step)
