@@ -682,9 +682,7 @@ class RunState(NamedTuple):
 
 
 class TrainResult(NamedTuple):
-    train_state: TrainState  # the last one with finite parameters and losses
-    env_state: EnvState
-    global_step: int
+    state: RunState  # the last one with finite parameters and losses
     failure: str | None  # what went non-finite, if anything
 
 
@@ -715,7 +713,7 @@ def train(args: PPOArgs, logger: "IterationLogger", stop: "StopRequest | None" =
     if pending is not None and failure is None:
         failure = logger.log(*pending)
         logged = logged if failure else pending[1]
-    return TrainResult(*logged, failure)
+    return TrainResult(logged, failure)
 
 
 def run_iteration(programs: "Programs", state: RunState, iteration: int, args: PPOArgs):
@@ -1408,7 +1406,7 @@ def run_training(args: Args, checkpoint: dict | None):
             finally:  # from here on, Ctrl-C interrupts the save and evaluation as usual
                 for signum, handler in handlers.items():
                     signal.signal(signum, handler)
-        state = RunState(*result[:3])
+        state = result.state
         # A signal in the last iteration still leaves a finished run.
         finished = result.failure is None and state.global_step >= args.num_iterations * args.batch_size
         if args.save_model or (keep_state and not finished):

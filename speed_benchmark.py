@@ -155,7 +155,7 @@ def main():
     print(f"training steps/s (median of {len(iteration_seconds)} iterations):    {training:10.0f}")
     print(f"ratio training / raw:                            {training / raw_median:10.2f}")
     print(f"imports of the training script (jax, envpool, flax, ...): {IMPORT_SECONDS:5.2f} s")
-    checkpoint_ms = checkpoint_milliseconds(args, ppo.RunState(*result[:3]))
+    checkpoint_ms = checkpoint_milliseconds(args, result.state)
     run_seconds = args.total_timesteps / training
     print(
         f"one checkpoint (median of 20): {checkpoint_ms:.1f} ms; every {args.checkpoint_every_seconds:.0f} s that is "

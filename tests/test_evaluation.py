@@ -107,7 +107,7 @@ def test_the_evaluation_at_the_end_is_of_the_final_policy():
     cli_args = ["--env-id", "Hopper-v4", "--total-timesteps", "2048", "--seed", "5", "--eval-episodes", "3", *SMALL]
     args, _ = ppo.parse_args([*cli_args, "--eval-every", "1024"])
     result, logged = train_recorded(args)
-    evaluation = ppo.evaluate(args, result.train_state.params, result.env_state.obs_rms)
+    evaluation = ppo.evaluate(args, result.state.train_state.params, result.state.env_state.obs_rms)
     assert logged["eval/episodic_return"][-1] == (2048, pytest.approx(evaluation.returns.mean(), rel=1e-6))
 
 
@@ -120,9 +120,9 @@ def test_a_task_that_reports_success_logs_its_rate_in_training_and_evaluation():
     # 50-step episodes: 8 end in each 64-step iteration of 8 environments.
     assert [step for step, _ in logged["charts/success_rate"]] == [512, 1024]
     assert all(0 <= rate <= 1 for _, rate in logged["charts/success_rate"])
-    evaluation = ppo.evaluate(args, result.train_state.params, result.env_state.obs_rms)
+    evaluation = ppo.evaluate(args, result.state.train_state.params, result.state.env_state.obs_rms)
     returns, lengths, successes = numpy_evaluation(
-        args, result.train_state.params, result.env_state.obs_rms, "is_success"
+        args, result.state.train_state.params, result.state.env_state.obs_rms, "is_success"
     )
     np.testing.assert_array_equal(evaluation.lengths, lengths)
     np.testing.assert_allclose(evaluation.returns, returns, rtol=1e-5)
