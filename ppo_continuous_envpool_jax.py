@@ -66,7 +66,8 @@ class PPOArgs:
     # minibatches of 64, value coefficient 0.25, advantages recomputed every epoch, initial log-std -0.5)
     # and differ from it in advantage normalisation, CleanRL's clipped value loss (and its 0.5 x squared
     # error, so the value term weighs half of tianshou's; it matters only through the shared grad-norm
-    # clip), reward scaling instead of return normalisation, and Adam's epsilon. They were chosen on five tasks at once: docs/ablations.md.
+    # clip), reward scaling instead of return normalisation, and Adam's epsilon. They were chosen on five
+    # tasks at once: docs/ablations.md.
     env_id: str = "HalfCheetah-v4"
     """the id of an EnvPool MuJoCo task"""
     seed: int = 1

@@ -842,9 +842,8 @@ def read_all_finals(paths: list[Path], args: argparse.Namespace) -> list[Final]:
         for final in read_finals(path, args):
             key = (final.env_id, final.exp_name, final.seed)
             if key in where:
-                raise BadInput(
-                    f"{final.env_id} `{final.exp_name}` seed {final.seed} is in both {where[key]} and {path}"
-                )
+                twice = f"twice in {path}" if where[key] == path else f"in both {where[key]} and {path}"
+                raise BadInput(f"{final.env_id} `{final.exp_name}` seed {final.seed} is {twice}")
             where[key] = path
             finals.append(final)
     return finals

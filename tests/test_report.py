@@ -417,6 +417,9 @@ def test_finals_of_several_csvs_compare_as_one_csv_of_them_all(tmp_path, capsys)
     code = report.main(["--finals", str(first), "--finals", str(whole), "--out-dir", str(tmp_path / "c")])
     assert code == 1
     assert capsys.readouterr().err == f"report.py: error: Hopper-v4 `base` seed 1 is in both {first} and {whole}\n"
+    doubled = write_finals(tmp_path / "doubled.csv", rows[:1] * 2)
+    assert report.main(["--finals", str(doubled), "--out-dir", str(tmp_path / "d")]) == 1
+    assert capsys.readouterr().err == f"report.py: error: Hopper-v4 `base` seed 1 is twice in {doubled}\n"
 
 
 def test_against_an_experiment_that_did_not_run_is_an_error(tmp_path, capsys):
