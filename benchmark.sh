@@ -18,14 +18,15 @@ Usage: ./$PROG [options] [-- training-script flags...]
 Runs ppo_continuous_envpool_jax.py once per (env id, seed). Each run logs TensorBoard events to
 runs/{env_id}__{exp_name}__{seed}__{time}/ as usual; its stdout/stderr goes to
 runs/logs/<sweep>/<env_id>__<seed>.log. At the end a summary (env, seed, status, what this call did
-with the run, duration, last return) is printed; the exit status is non-zero if any run failed or was
-interrupted (1; 130 after Ctrl-C, which stops the running runs, each keeping a checkpoint; 2 for a
-bad option).
+with the run, duration, last return) is printed; the exit status is non-zero if any run failed, diverged
+or was interrupted (1; 130 after Ctrl-C, which stops the running runs, each keeping a checkpoint; 2 for
+a bad option).
 
 A sweep that stopped (Ctrl-C, a killed process, a lost machine, a Slurm job past its time) is picked
-up with --continue: runs that succeeded are skipped, runs with a checkpoint are resumed in their own
-run directory, the rest (failed ones included) are started; the summary's action column says which
-(skipped, resumed, started). A run started again whose earlier attempt left a run directory without a
+up with --continue: runs that succeeded are skipped, and so are runs whose training diverged (a
+result, not retried; their last finite state stays in their run directory); runs with a checkpoint are
+resumed in their own run directory, the rest (failed ones included) are started; the summary's action
+column says which (skipped, resumed, started). A run started again whose earlier attempt left a run directory without a
 checkpoint (killed within its first minute, or failed) has that directory moved to
 runs/logs/<sweep>/abandoned/, kept but out of the report's way. Running the same command again starts a
 new sweep instead.
@@ -207,13 +208,20 @@ parse_options "$@"
 #     a normal end it is removed (unless --save-model: then it is the final model);
 #   - with --resume RUN_DIR continues that run in RUN_DIR (a directory without a .model is an error, so
 #     plan_run passes --resume only when there is one);
-#   - exits 0 when done, 128+signal after SIGINT/SIGTERM (the checkpoint kept), 1 on errors.
+#   - exits 0 when done, 128+signal after SIGINT/SIGTERM (the checkpoint kept), 1 on errors; when training
+#     diverged (a non-finite loss or parameter), its last line starts with `error: training diverged`
+#     (last_attempt_diverged).
 # tests/test_benchmark.py checks these lines against the real script.
 
 # The run directory a run's log names (its last "run_dir=" line), or nothing.
 logged_run_dir() {
     [[ -f "$1" ]] || return 0
     sed -n 's/^run_dir=//p' "$1" | tail -n 1
+}
+
+# Whether the latest attempt in a run's log (the lines after its last "+ command" line) diverged.
+last_attempt_diverged() {
+    awk '/^\+ / { hit = 0 } /^error: training diverged/ { hit = 1 } END { exit !hit }' "$1"
 }
 
 # Last "return=X" (X != "-") printed by the training script, or "-".
@@ -229,7 +237,7 @@ last_return() {
 # --continue), runs.tsv (index, env id, seed), and per run <env>__<seed>.log (the output of every
 # attempt, each after its "+ command" line), <env>__<seed>.lock (held while an attempt runs; it names
 # the attempt's pid) and, once the latest attempt has ended, <env>__<seed>.status:
-# "STATE RC START END ACTION" (STATE: ok, failed, interrupted; START/END: unix seconds of that attempt;
+# "STATE RC START END ACTION" (STATE: ok, diverged, failed, interrupted; START/END: unix seconds of that attempt;
 # ACTION: what the latest call did with the run: started, resumed, skipped).
 
 format_duration() {
@@ -256,7 +264,7 @@ failure_reason() {
 print_summary() {
     local dir=$1
     local index env_id seed name log state rc start end action duration ret detail
-    local n_total=0 n_ok=0 bad=()
+    local n_total=0 n_ok=0 n_diverged=0 bad=()
     local row='%-24s %5s  %-14s %-8s %9s  %10s  %s\n'
     echo
     echo "Summary of $dir"
@@ -277,6 +285,7 @@ print_summary() {
         fi
         case "$state" in
             ok) n_ok=$((n_ok + 1)) ;;
+            diverged) n_diverged=$((n_diverged + 1)) detail=" -- $(failure_reason "$log") [$log]" ;;
             failed) state="failed(rc=$rc)" detail=" -- $(failure_reason "$log") [$log]" ;;
             unfinished) detail=" -- $(failure_reason "$log") [$log]" ;;
         esac
@@ -291,7 +300,8 @@ print_summary() {
     if ((${#bad[@]})); then
         echo "Runs that did not succeed:"
         printf '  %s\n' "${bad[@]}"
-        echo "Continue the sweep with: ./$PROG --continue $dir"
+        # --continue skips diverged runs, so it has something to do only if another run did not succeed.
+        if ((${#bad[@]} > n_diverged)); then echo "Continue the sweep with: ./$PROG --continue $dir"; fi
         return 1
     fi
     return 0
@@ -412,7 +422,9 @@ new_sweep_dir() {
 # =====================================================================================================
 
 # plan_run INDEX: what the run needs now, from its files alone (run from the workdir): sets $action
-# (skipped: its latest attempt ended ok; resumed: its run directory has a checkpoint; started) and $cmd.
+# (skipped: its latest attempt ended ok or diverged, $skipped says which; resumed: its run directory has a
+# checkpoint; started) and $cmd. A diverged run is a result: resuming it from its last finite state on
+# fresh environments would retry it until a seed survives, and the sweep would report survivors only.
 plan_run() {
     local i=$1 name state="" run_dir
     name=$(run_name "$i")
@@ -420,8 +432,9 @@ plan_run() {
     cmd=("${python[@]}" "$SCRIPT" --env-id "${run_envs[i]}" --seed "${run_seeds[i]}" --num-threads "$cores_per_run")
     cmd+=("${extra[@]+"${extra[@]}"}")
     run_dir=$(logged_run_dir "$sweep_dir/$name.log")
-    if [[ "$state" == ok ]]; then
+    if [[ "$state" == ok || "$state" == diverged ]]; then
         action=skipped
+        skipped=$([[ "$state" == ok ]] && echo "finished earlier" || echo "diverged earlier: a result, not retried")
     elif [[ -n "$run_dir" ]] && compgen -G "$run_dir/*.model" >/dev/null; then
         action=resumed
         cmd+=(--resume "$run_dir")
@@ -467,7 +480,7 @@ run_task() {
     if [[ "$action" == skipped ]]; then
         read -r state rc start end _ <"$status"
         echo "$state $rc $start $end skipped" >"$status"
-        echo "[$(date +%H:%M:%S)] skip   $name (finished earlier)"
+        echo "[$(date +%H:%M:%S)] skip   $name ($skipped)"
         exit 0
     fi
     rm -f "$status"
@@ -481,7 +494,15 @@ run_task() {
     trap 'signalled=1' INT TERM
     PYTHONUNBUFFERED=1 OMP_NUM_THREADS=$cores_per_run "${cmd[@]}" >>"$log" 2>&1 </dev/null && rc=0 || rc=$?
     trap - INT TERM
-    if ((rc == 0)); then state=ok; elif ((signalled)); then state=interrupted; else state=failed; fi
+    if ((rc == 0)); then
+        state=ok
+    elif ((signalled)); then
+        state=interrupted
+    elif last_attempt_diverged "$log"; then
+        state=diverged
+    else
+        state=failed
+    fi
     echo "$state $rc $start $(date +%s) $action" >"$status"
     if ((rc == 0)); then
         echo "[$(date +%H:%M:%S)] ok     $name"
@@ -619,7 +640,7 @@ if ((dry_run)); then
         plan_run "$i"
         pinning $((i % workers))
         if [[ "$action" == skipped ]]; then
-            echo "# $(run_name "$i"): finished, skipped"
+            echo "# $(run_name "$i"): skipped ($skipped)"
         else
             quote_words "${pinning[@]+"${pinning[@]}"}" env "OMP_NUM_THREADS=$cores_per_run" "${cmd[@]}"
             echo

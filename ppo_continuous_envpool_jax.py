@@ -65,9 +65,9 @@ class PPOArgs:
     # The defaults start from tianshou's MuJoCo PPO configuration (64 envs x 32 steps, 10 epochs of
     # minibatches of 64, value coefficient 0.25, advantages recomputed every epoch, initial log-std -0.5)
     # and differ from it in advantage normalisation, CleanRL's clipped value loss (and its 0.5 x squared
-    # error, so the value term weighs half of tianshou's; it matters only through the shared grad-norm
-    # clip), reward scaling instead of return normalisation, and Adam's epsilon. They were chosen on five
-    # tasks at once: docs/ablations.md.
+    # error, so the value term weighs half of tianshou's; Adam undoes a loss's scale, so that matters only
+    # through the shared grad-norm clip and Adam's epsilon), reward scaling instead of return
+    # normalisation, and Adam's epsilon. They were chosen on five tasks at once: docs/ablations.md.
     env_id: str = "HalfCheetah-v4"
     """the id of an EnvPool MuJoCo task"""
     seed: int = 1
@@ -119,8 +119,8 @@ class PPOArgs:
     norm_obs: bool = True
     """toggles observation normalization by running mean and variance"""
     reward_norm: Literal["none", "scale", "return"] = "scale"
-    """none: raw rewards. scale: rewards divided by the running std of the discounted return (CleanRL,
-    gymnasium's NormalizeReward). return: tianshou's rew_norm, raw rewards and a critic that predicts
+    """none: raw rewards. scale: rewards divided by the running std of the discounted return, clipped to
+    +-10 (CleanRL's: gym 0.23's NormalizeReward). return: tianshou's rew_norm, raw rewards and a critic that predicts
     returns divided by the running std of the lambda-returns"""
     clip_action: bool = True
     """clip the policy's sample to [-1, 1] before scaling it onto the task's bounds (off: scaled, not clipped;
@@ -323,15 +323,18 @@ def standardize(obs_rms: RunningMeanStd, obs: jax.Array) -> jax.Array:
 
 
 def normalize_obs(obs_rms: RunningMeanStd, obs: jax.Array):
-    """gymnasium's NormalizeObservation for a batch (N, obs_dim): merge it in, then standardize and clip."""
+    """CleanRL's observation normalisation for a batch (N, obs_dim): merge it in, standardize (gym's
+    NormalizeObservation), clip to +-10 (CleanRL's TransformObservation)."""
     obs_rms = rms_update(obs_rms, obs)
     return obs_rms, standardize(obs_rms, obs)
 
 
 def scale_reward(return_rms: RunningMeanStd, discounted_return, reward, is_reset, gamma: float):
-    """gymnasium's NormalizeReward: divide rewards (N,) by the running std of the discounted return, clip to +-10.
+    """CleanRL's reward scaling: divide rewards (N,) by the running std of the discounted return (gym 0.23's
+    NormalizeReward), clip to +-10 (CleanRL's TransformReward).
 
-    The discounted return restarts with each episode. Reset steps (reward 0, not an experience) neither
+    The discounted return restarts with each episode (gymnasium 1's NormalizeReward instead restarts it at
+    a termination's own step and carries it over a truncation). Reset steps (reward 0, not an experience) neither
     extend it nor count towards its statistics.
     """
     discounted_return = jnp.where(is_reset, 0.0, discounted_return * gamma + reward)
@@ -516,7 +519,7 @@ class Batch(NamedTuple):
     obs: jax.Array
     action: jax.Array
     log_prob: jax.Array
-    value: jax.Array
+    value: jax.Array  # the critic's, at the rollout or (--recompute-adv) at the start of the epoch
     advantage: jax.Array
     target: jax.Array  # value target (the return)
     valid: jax.Array  # float 1.0 for experiences of the policy, 0.0 for reset transitions
@@ -624,6 +627,8 @@ def ppo_loss(params, apply_fn, batch: Batch, args: PPOArgs):
 
     value_error = (value - batch.target) ** 2
     if args.clip_vloss:
+        # Around batch.value: with --recompute-adv the epoch's starting critic, as in tianshou (CleanRL, which
+        # does not recompute, clips around the rollout's), so the critic may move clip_coef per epoch.
         clipped_value = batch.value + jnp.clip(value - batch.value, -args.clip_coef, args.clip_coef)
         value_error = jnp.maximum(value_error, (clipped_value - batch.target) ** 2)
     value_loss = 0.5 * weighted_mean(value_error, batch.valid)
@@ -696,9 +701,10 @@ def train(args: PPOArgs, logger: "IterationLogger", stop: "StopRequest | None" =
     logger.start(state.global_step)
 
     # Iteration i is dispatched while i-1 still runs its epochs (on one core), and i-1 is logged once i's
-    # rollout has ended, while i's epochs run: the device never waits for Python's dispatching and logging,
-    # and Python never takes a core from EnvPool's threads during a rollout. --target-kl waits for each
-    # epoch, which undoes it. Every return comes after the newest rollout has ended, so EnvPool can be freed.
+    # rollout has ended, while i's epochs run: the device does not wait for Python's dispatching and logging
+    # (only for an --eval-every evaluation that outlasts the epochs), and Python never takes a core from
+    # EnvPool's threads during a rollout. --target-kl waits for each epoch, which undoes it. Every return
+    # comes after the newest rollout has ended, so EnvPool can be freed.
     logged, failure = state, None  # the newest state whose iteration was logged as finite
     pending = None  # (iteration, state, figures) dispatched and not logged yet
     for iteration in range(state.global_step // args.batch_size + 1, args.num_iterations + 1):
@@ -794,7 +800,7 @@ jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
 
 @dataclass
 class Args(PPOArgs):
-    """PPO's hyperparameters (above) and the flags of running it."""
+    """PPO on EnvPool's MuJoCo tasks: PPO's hyperparameters, then the flags of running it."""
 
     exp_name: str = os.path.basename(__file__)[: -len(".py")]
     """the name of this experiment"""
@@ -806,11 +812,11 @@ class Args(PPOArgs):
     """the entity (team) of wandb's project"""
     save_model: bool = False
     """keep the model (parameters, optimizer and normalisation state) in `runs/{run_name}/{exp_name}.model`
-    at the end; it is also written on Ctrl-C/SIGTERM and before stopping on a non-finite value"""
+    (resumed: the file resumed) at the end; also on Ctrl-C/SIGTERM, and the last finite state on divergence"""
     checkpoint_every_seconds: float = 60.0
     """write the run's resumable state to `runs/{run_name}/{exp_name}.model` after the first iteration that
-    ends this many seconds after the last checkpoint (0: off), and on every early stop; removed at the end
-    unless --save-model"""
+    ends this many seconds after the start or the last checkpoint (0: off), and on every early stop; removed
+    at the end unless --save-model"""
     eval_every: int = 0
     """evaluate the policy every this many environment steps and after the last iteration, logged as
     eval/episodic_return (0: off); on environments of its own, not counted in global_step"""
@@ -835,7 +841,8 @@ def save_checkpoint(path: str, args: Args, state: RunState):
     """Everything needed to evaluate the policy or resume training, in flax's msgpack format.
 
     Without the observation statistics the policy is useless, so they travel with the parameters. The file
-    is written beside its destination and renamed: a kill at any moment leaves the previous one intact.
+    is written beside its destination, synced and renamed: a kill at any moment (of the process or of the
+    machine) leaves the previous one intact.
     """
     checkpoint = {
         "args": json.dumps(asdict(args)),
@@ -849,6 +856,8 @@ def save_checkpoint(path: str, args: Args, state: RunState):
         os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
         with open(f"{path}.tmp", "wb") as f:
             f.write(data)
+            f.flush()
+            os.fsync(f.fileno())  # else a crash soon after the rename can leave an empty file in its place
         os.replace(f"{path}.tmp", path)
     except OSError as error:
         with contextlib.suppress(OSError):
@@ -872,7 +881,7 @@ def initial_state(programs: Programs, handle, start: Start, checkpoint: dict | N
     if checkpoint is None:
         env_state, train_state = programs.init_states(handle, start, {})
         return RunState(train_state, env_state, 0)
-    statistics = {name: RunningMeanStd(**checkpoint[name]) for name in ("obs_rms", "return_rms")}
+    statistics = {name: checkpoint[name] for name in ("obs_rms", "return_rms")}
     env_state, train_state = programs.init_states(handle, start, statistics)
     train_state = flax.serialization.from_state_dict(train_state, checkpoint["train_state"])
     return RunState(train_state, env_state, int(checkpoint["global_step"]))
@@ -882,6 +891,13 @@ def load_checkpoint(path: str) -> dict:
     try:
         with open(path, "rb") as f:
             checkpoint = flax.serialization.msgpack_restore(f.read())
+        # What save_checkpoint writes; another msgpack file would fail later, with a traceback.
+        if missing := [
+            key for key in ("args", "global_step", "train_state", "obs_rms", "return_rms") if key not in checkpoint
+        ]:
+            raise ValueError(f"it has no {', '.join(missing)}")
+        for name in ("obs_rms", "return_rms"):
+            checkpoint[name] = RunningMeanStd(**checkpoint[name])
         saved = json.loads(checkpoint["args"])
         saved["hidden_sizes"] = tuple(saved["hidden_sizes"])
         if "scale_reward" in saved:  # saved before --reward-norm replaced --scale-reward
@@ -1404,12 +1420,16 @@ def run_training(args: Args, checkpoint: dict | None):
             logger = IterationLogger(args, writer, report, model_path if args.checkpoint_every_seconds else None)
             try:
                 result = train(args, logger, stop, checkpoint)
-            finally:  # from here on, Ctrl-C interrupts the save and evaluation as usual
+            finally:  # from here on, Ctrl-C interrupts the save and evaluation as usual (main says so in one line)
                 for signum, handler in handlers.items():
                     signal.signal(signum, handler)
         state = result.state
         # A signal in the last iteration still leaves a finished run.
         finished = result.failure is None and state.global_step >= args.num_iterations * args.batch_size
+        if result.failure:  # at the step of the iteration that diverged, so resuming the run purges it
+            writer.add_text(
+                "failure", f"training diverged: non-finite {result.failure}", state.global_step + args.batch_size
+            )
         if args.save_model or (keep_state and not finished):
             save_checkpoint(model_path, args, state)
             print(f"model saved to {model_path}")
@@ -1442,10 +1462,13 @@ def main(cli_args: list[str] | None = None):
     try:
         if args.evaluate:
             run_name = os.path.basename(os.path.dirname(os.path.abspath(args.evaluate)))
-            params, obs_rms = checkpoint["train_state"]["params"], RunningMeanStd(**checkpoint["obs_rms"])
+            params, obs_rms = checkpoint["train_state"]["params"], checkpoint["obs_rms"]
             run_evaluation(args, params, obs_rms, run_name)
         else:
             run_training(args, checkpoint)
+    except KeyboardInterrupt:  # Ctrl-C outside `train` (the final save or evaluation, --evaluate) is Python's
+        print("\nSIGINT: interrupted (a model file being written keeps its last complete version)", file=sys.stderr)
+        sys.exit(128 + signal.SIGINT)
     finally:
         if gl_context is not None:
             gl_context.free()

@@ -20,15 +20,17 @@ published tables) instead of a runs directory, and writes the comparison alone; 
 all, e.g. the runs.csv of each sweep of a screen, kept after the run directories are gone.
 
 A sweep may still be running: a run that has logged fewer steps than the longest run of its (env id,
-exp name), or no scalar at all yet, is listed as "in progress" and counts nowhere else. Other directories
-are skipped with a line on stderr, except `logs`, where benchmark.sh keeps the sweeps' logs.
+exp name), or no scalar at all yet, is listed as "in progress" and counts nowhere else; so is a run whose
+training diverged (listed as "diverged", with a line on stderr). Other directories are skipped with a line
+on stderr, except `logs`, where benchmark.sh keeps the sweeps' logs.
 
 Definitions
   final return  the mean of the `charts/episodic_return` values logged in the last `--window-steps`
                 environment steps of a run (steps > last step - window); a run shorter than the window
                 uses its last `--short-run-fraction` instead.
   final success the mean of `charts/success_rate` over the same window, for tasks that report success
-                (MetaWorld, robotics, MyoSuite); a column of the table only where some run logged it.
+                (MetaWorld, robotics, MyoSuite, four Playground tasks); a column of the table only where some
+                run logged it.
   eval return   `eval/episodic_return`: the training script's evaluation of the mean action, averaged over
                 several episodes, logged at fixed steps (the same for every seed of a configuration).
   last eval     a run's last eval return.
@@ -41,6 +43,9 @@ Definitions
   in progress   a run whose last step is below that of the longest run of its (env id, exp name), or
                 with no scalar event yet (a run that has just started): listed with what it has logged so
                 far, and left out of the means, of the seed counts behind them and of the curves.
+  diverged      a run that the training script stopped at a non-finite loss or parameter (its `failure`
+                text): listed, counted beside the seeds, and left out like a run in progress; a mean over
+                the seeds that did not diverge is only that.
   std           population standard deviation over seeds (numpy's default, ddof=0).
   curves        each seed's curve is linearly interpolated onto a common grid spanning the x range
                 that all seeds cover; the line is the mean over seeds, the band mean ± std. The eval curves
@@ -103,6 +108,8 @@ RUN_DIR = re.compile(r"^(?P<env_id>[^_].*?)__(?P<exp_name>.+)__(?P<seed>\d+)__(?
 SWEEP_LOGS = "logs"  # benchmark.sh's runs/logs/<sweep>/: not a run, skipped without a word
 IN_PROGRESS = "in progress"
 INCLUDED = "included"
+DIVERGED = "diverged"
+FAILURE_TAG = "failure/text_summary"  # the training script's text when it stops at a non-finite value
 
 
 class Reference(NamedTuple):
@@ -199,12 +206,18 @@ class Run:
     final_return: float  # nan when no return was logged in the window
     window: float  # steps averaged over for final_return; nan when empty
     short: bool  # the run was shorter than --window-steps
-    in_progress: bool = False  # empty, or behind the longest run of its group: in no mean and no curve
+    failure: str = ""  # what went non-finite, where training diverged
+    status: str = INCLUDED  # or IN_PROGRESS (empty, or behind the longest run of its group) or DIVERGED
     eval_at_max: float = math.nan  # its eval return where its group's mean eval curve peaks
     final_success: float = math.nan  # the mean success rate in the final-return window, where the task reports one
 
     def logged(self, tag: str) -> bool:
         return len(self.curves[tag][0]) > 0
+
+    @property
+    def included(self) -> bool:
+        """In the means and curves: neither in progress nor diverged."""
+        return self.status == INCLUDED
 
 
 class Final(NamedTuple):
@@ -399,6 +412,7 @@ def load_run(info: dict, path: Path, window_steps: int, short_run_fraction: floa
     acc = event_accumulator.EventAccumulator(str(path), size_guidance={event_accumulator.SCALARS: 0})
     acc.Reload()
     tags = acc.Tags()["scalars"]
+    failures = acc.Tensors(FAILURE_TAG) if FAILURE_TAG in acc.Tags()["tensors"] else []
     scalar_events = [event for tag in tags for event in acc.Scalars(tag)]
     empty = not scalar_events
     # A run that has just started may have an event file without even the header, where FirstEventTimestamp
@@ -441,6 +455,7 @@ def load_run(info: dict, path: Path, window_steps: int, short_run_fraction: floa
         window=window,
         short=short,
         final_success=final_success,
+        failure=failures[-1].tensor_proto.string_val[0].decode() if failures else "",
     )
 
 
@@ -491,9 +506,10 @@ def steps_cell(runs: list[Run]) -> str:
 
 
 def seeds_cell(runs: list[Run]) -> str:
-    """How many seeds the means are over, and how many more are listed but still in progress."""
-    in_progress = sum(run.in_progress for run in runs)
-    return f"{len(runs) - in_progress}" + (f" (+{in_progress} in progress)" if in_progress else "")
+    """How many seeds the means are over, and how many more are listed: in progress, diverged."""
+    others = [(sum(run.status == status for run in runs), status) for status in (IN_PROGRESS, DIVERGED)]
+    listed = ", ".join(f"+{count} {status}" for count, status in others if count)
+    return f"{sum(run.included for run in runs)}" + (f" ({listed})" if listed else "")
 
 
 def max_eval_cell(runs: list[Run]) -> str:
@@ -553,7 +569,7 @@ def render_markdown(
     ]
     rows = []
     for (env_id, exp_name), runs in sorted(groups.items()):
-        logged = [run for run in runs if not run.in_progress]
+        logged = [run for run in runs if run.included]
         mark = " †" if any(run.short for run in logged) else ""
         successes = [run.final_success for run in logged if not math.isnan(run.final_success)]
         row = [env_id, exp_name, seeds_cell(runs), steps_cell(logged)]
@@ -574,7 +590,7 @@ def render_markdown(
         "",
         (
             f"**Status**: `{INCLUDED}` in the means above, or `{IN_PROGRESS}`: fewer steps than the longest run "
-            "of its experiment (or none yet), left out. "
+            f"of its experiment (or none yet), left out, or `{DIVERGED}`: stopped at a non-finite value, left out. "
             f"**Last eval**: the run's last `{EVAL_TAG}`. The same rows, with each run's eval at max, are in "
             "`runs.csv`."
         ),
@@ -583,7 +599,6 @@ def render_markdown(
     rows = []
     for (env_id, exp_name), runs in sorted(groups.items()):
         for run in runs:
-            status = IN_PROGRESS if run.in_progress else INCLUDED
             if run.empty:
                 numbers = ["-"] * 5
             else:
@@ -594,7 +609,7 @@ def render_markdown(
                     f"{run.curves[EVAL_TAG][1][-1]:.2f}" if run.logged(EVAL_TAG) else "n/a",
                     f"{run.wall_clock:.1f}",
                 ]
-            rows.append([env_id, exp_name, str(run.seed), status, *numbers, f"`{run.path.name}`"])
+            rows.append([env_id, exp_name, str(run.seed), run.status, *numbers, f"`{run.path.name}`"])
     header = ["Environment", "Experiment", "Seed", "Status", "Steps", "Window [steps]", "Final return", "Last eval"]
     header += ["Wall-clock [s]", "Run"]
     lines += markdown_table(header, rows, right={2, 4, 5, 6, 7, 8})
@@ -776,12 +791,11 @@ def runs_csv_rows(groups: dict[tuple[str, str], list[Run]]):
     for (env_id, exp_name), runs in sorted(groups.items()):
         for run in runs:
             last_eval = float(run.curves[EVAL_TAG][1][-1]) if run.logged(EVAL_TAG) else math.nan
-            status = IN_PROGRESS if run.in_progress else INCLUDED
             yield [
                 env_id,
                 exp_name,
                 run.seed,
-                status,
+                run.status,
                 run.total_steps,
                 run.window,
                 run.final_return,
@@ -796,7 +810,7 @@ def runs_csv_rows(groups: dict[tuple[str, str], list[Run]]):
 def curves_csv_rows(groups: dict[tuple[str, str], list[Run]], grid_points: int):
     """Every point of every group's curves: env id, exp name, tag, step, mean, std, seeds."""
     for (env_id, exp_name), runs in sorted(groups.items()):
-        logged = [run for run in runs if not run.in_progress]
+        logged = [run for run in runs if run.included]
         for tag, (steps, mean, std, seeds) in group_curves(logged, grid_points).items():
             for step, m, s in zip(steps, mean, std):
                 yield [env_id, exp_name, tag, step.item(), float(m), float(s), seeds]
@@ -1120,7 +1134,7 @@ def plot_profile(matrices: dict[str, np.ndarray], out_dir: Path, args: argparse.
 
 
 def load_groups(args: argparse.Namespace) -> dict[tuple[str, str], list[Run]]:
-    """The runs of RUNS_DIR by (env id, exp name), marked in progress or not, with their eval at max."""
+    """The runs of RUNS_DIR by (env id, exp name), with their status and eval at max."""
     found = find_run_dirs(args.runs_dir, args)
     if not found:
         filters = " matching the filters" if filters_text(args) else ""
@@ -1134,8 +1148,12 @@ def load_groups(args: argparse.Namespace) -> dict[tuple[str, str], list[Run]]:
     for runs in groups.values():
         longest = max(run.total_steps for run in runs)
         for run in runs:
-            run.in_progress = run.empty or run.total_steps < longest
-        logged = [run for run in runs if not run.in_progress]
+            if run.failure:
+                run.status = DIVERGED
+                print(f"report.py: {run.path} diverged ({run.failure}): left out of the means", file=sys.stderr)
+            elif run.empty or run.total_steps < longest:
+                run.status = IN_PROGRESS
+        logged = [run for run in runs if run.included]
         curve = common_step_curve(logged, EVAL_TAG)
         if curve is not None:
             best_step = curve[0][np.argmax(curve[1])]
@@ -1154,7 +1172,7 @@ def main(argv=None) -> int:
                 Final(run.env_id, run.exp_name, run.seed, run.final_return, run.eval_at_max)
                 for runs in groups.values()
                 for run in runs
-                if not run.in_progress
+                if run.included
             ]
         else:
             finals = read_all_finals(args.finals, args)
@@ -1180,7 +1198,7 @@ def main(argv=None) -> int:
         if not args.no_plots:
             by_env: dict[str, dict[str, list[Run]]] = defaultdict(dict)
             for (env_id, exp_name), runs in groups.items():
-                logged = [run for run in runs if not run.in_progress]
+                logged = [run for run in runs if run.included]
                 if logged:  # an env id whose runs are all still empty gets no (empty) plots
                     by_env[env_id][exp_name] = logged
             for env_id, env_groups in sorted(by_env.items()):

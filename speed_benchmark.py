@@ -106,7 +106,7 @@ def phase_milliseconds(args: ppo.Args, iterations: int) -> dict[str, float]:
 
 
 def checkpoint_milliseconds(args: ppo.Args, state: ppo.RunState) -> float:
-    """Median milliseconds of writing the run's checkpoint (serialise, write beside, rename)."""
+    """Median milliseconds of writing the run's checkpoint (serialise, write beside, sync, rename)."""
     seconds = []
     with tempfile.TemporaryDirectory() as run_dir:
         for _ in range(20):

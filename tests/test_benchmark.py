@@ -251,7 +251,8 @@ def test_real_sweep_killed_with_sigkill_continues_where_it_stopped(tmp_path):
 STUB = r"""#!/usr/bin/env bash
 # Stands in for "python ppo_continuous_envpool_jax.py", keeping the script's side of the contract that
 # benchmark.sh states (run_dir= first, a checkpoint while it runs, --resume RUN_DIR), and reports its
-# arguments and CPU affinity. Bad-v0 fails; Block-v0 writes a checkpoint, says so on $STUB_FIFO and
+# arguments and CPU affinity. Bad-v0 fails; Diverge-v0 keeps a checkpoint and fails as the script does when
+# training diverges; Block-v0 writes a checkpoint, says so on $STUB_FIFO and
 # blocks, unless it is resumed; Early-v0 says so and blocks without a checkpoint the first time it runs
 # (no runs/early-ran yet), then succeeds; Wait-v0 says so and waits for a line on $STUB_RELEASE, then
 # succeeds.
@@ -272,6 +273,9 @@ echo "args: $args"
 grep Cpus_allowed_list /proc/self/status
 case "$env_id" in
     Bad-v0) echo "error: unknown --env-id 'Bad-v0'" >&2; exit 1 ;;
+    Diverge-v0)
+        touch "$run_dir/stub.model"
+        echo "error: training diverged: non-finite losses/v_loss = nan at iteration 2 (global_step 1024)" >&2; exit 1 ;;
     Block-v0)
         touch "$run_dir/stub.model"
         if [[ " $args " != *" --resume "* ]]; then echo "started $$" >"$STUB_FIFO"; exec sleep 600; fi ;;
@@ -362,6 +366,32 @@ def test_ok_and_failed_runs_pinning_and_threads(tmp_path, stub):
     (sweep_dir,) = (tmp_path / "runs" / "logs").iterdir()
     again = benchmark("--summary", sweep_dir)
     assert again.returncode == 1 and summary_rows(again.stdout) == rows
+
+
+def test_a_diverged_run_is_a_result_that_continue_does_not_retry(tmp_path, stub):
+    """Resuming a diverged run from its last finite state would retry it until it survives: the sweep marks it
+    diverged, fails, and --continue leaves it, though it has a checkpoint (a failed run with one is resumed)."""
+    result = benchmark(
+        "--workdir", tmp_path, "--python", stub, "--env-ids", "Good-v0 Diverge-v0", "--seeds", 1, "--workers", 1
+    )  # fmt: skip
+    assert result.returncode == 1
+    rows = summary_rows(result.stdout)
+    assert {key: row["status"] for key, row in rows.items()} == {("Good-v0", 1): "ok", ("Diverge-v0", 1): "diverged"}
+    assert "Diverge-v0 seed 1: diverged -- error: training diverged: non-finite losses/v_loss" in result.stdout
+    assert "--continue" not in result.stdout  # nothing left for it to do
+    (sweep_dir,) = (tmp_path / "runs" / "logs").iterdir()
+    (run_dir,) = (tmp_path / "runs").glob("Diverge-v0__*")
+    assert (run_dir / "stub.model").exists()
+
+    again = benchmark("--continue", sweep_dir)
+    assert again.returncode == 1
+    assert {key: (row["status"], row["action"]) for key, row in summary_rows(again.stdout).items()} == {
+        ("Good-v0", 1): ("ok", "skipped"), ("Diverge-v0", 1): ("diverged", "skipped"),
+    }  # fmt: skip
+    assert "skip   Diverge-v0__1 (diverged earlier: a result, not retried)" in again.stdout
+    assert len(log_attempts(sweep_dir / "Diverge-v0__1.log")) == 1
+    dry = benchmark("--continue", sweep_dir, "--dry-run")
+    assert "# Diverge-v0__1: skipped (diverged earlier: a result, not retried)" in dry.stdout
 
 
 def test_one_worker_gets_every_core(tmp_path, stub):

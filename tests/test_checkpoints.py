@@ -71,7 +71,7 @@ def test_saved_model_holds_parameters_optimizer_and_observation_statistics(saved
     checkpoint = ppo.load_checkpoint(str(model_path))
     assert checkpoint["args"].env_id == "Hopper-v4" and checkpoint["global_step"] == 4096
     # Every observation EnvPool returned was merged: 8 first observations plus one per step.
-    assert checkpoint["obs_rms"]["count"] == pytest.approx(1e-4 + 8 + 4096)
+    assert checkpoint["obs_rms"].count == pytest.approx(1e-4 + 8 + 4096)
     # 8 iterations x 2 epochs x 4 minibatches of Adam steps.
     assert checkpoint["train_state"]["step"] == 64
     assert checkpoint["train_state"]["opt_state"]["1"]["0"]["count"] == 64
@@ -310,6 +310,35 @@ def test_a_model_saved_with_scale_reward_loads_as_the_matching_reward_norm(
     assert args.init_log_std == 0.0  # what those models were initialised with, not today's default
 
 
+@pytest.mark.parametrize(
+    ("damage", "reason"),
+    [
+        ("truncated", r".+"),  # msgpack's own words
+        ("without obs_rms", r"it has no obs_rms"),
+        ("statistics without count", r".*count.*"),
+    ],
+)
+def test_a_damaged_model_file_is_one_line_naming_the_file(saved_run, tmp_path, damage, reason):
+    """Whatever is wrong with the file, --evaluate and --resume get one line, not a traceback later."""
+    run_dir, _ = saved_run
+    data = (run_dir / MODEL_NAME).read_bytes()
+    state = flax.serialization.msgpack_restore(data)
+    if damage == "truncated":
+        damaged = data[: len(data) // 2]
+    elif damage == "without obs_rms":
+        del state["obs_rms"]
+        damaged = flax.serialization.msgpack_serialize(state)
+    else:
+        del state["return_rms"]["count"]
+        damaged = flax.serialization.msgpack_serialize(state)
+    path = tmp_path / "damaged.model"
+    path.write_bytes(damaged)
+    for flag in ("--evaluate", "--resume"):
+        with pytest.raises(SystemExit) as exit_info:
+            ppo.parse_args([flag, str(path)])
+        assert re.fullmatch(rf"error: cannot read a model from {re.escape(str(path))}: {reason}", exit_info.value.code)
+
+
 def test_non_finite_loss_stops_with_the_iteration_and_quantity_and_keeps_the_last_finite_model(tmp_path):
     result = run_script(*HOPPER, "--learning-rate", "1e30", "--max-grad-norm", "1e30", "--save-model", cwd=tmp_path)
     assert result.returncode == 1
@@ -324,3 +353,25 @@ def test_non_finite_loss_stops_with_the_iteration_and_quantity_and_keeps_the_las
     assert all(np.isfinite(leaf).all() for leaf in jax.tree.leaves(params))
     # The rollout dispatched after the diverged iteration sent MuJoCo no NaN controls (it would log them).
     assert not (tmp_path / "MUJOCO_LOG.TXT").exists() and "Nan" not in result.stdout
+    # The run says so in its log, where report.py finds it: listed as diverged, in no mean.
+    assert report.main([str(tmp_path / "runs"), "--out-dir", str(tmp_path / "report"), "--no-plots"]) == 0
+    with open(tmp_path / "report" / "runs.csv", newline="") as f:
+        assert [row["status"] for row in csv.DictReader(f)] == ["diverged"]
+
+
+def test_ctrl_c_in_the_final_evaluation_is_one_line_and_keeps_the_saved_model(tmp_path, monkeypatch, capsys):
+    """After `train`, Ctrl-C is Python's KeyboardInterrupt again; main turns it into one line and exit 130."""
+
+    def interrupted(*_args):
+        raise KeyboardInterrupt
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(ppo, "run_evaluation", interrupted)
+    with pytest.raises(SystemExit) as exit_info:
+        ppo.main([*HOPPER, "--total-timesteps", "1024", "--save-model"])  # evaluates the saved model at the end
+    assert exit_info.value.code == 130
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        "SIGINT: interrupted (a model file being written keeps its last complete version)"
+    )
+    # The model was saved before the evaluation, and holds the whole run.
+    assert ppo.load_checkpoint(str(only_run_dir(tmp_path) / MODEL_NAME))["global_step"] == 1024

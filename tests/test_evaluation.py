@@ -16,7 +16,7 @@ from tests.support import MODEL_NAME, SMALL, gymnasium_flattened, run_script, sc
 
 def saved_policy(run_dir, **overrides):
     checkpoint = ppo.load_checkpoint(str(run_dir / MODEL_NAME))
-    params, obs_rms = checkpoint["train_state"]["params"], ppo.RunningMeanStd(**checkpoint["obs_rms"])
+    params, obs_rms = checkpoint["train_state"]["params"], checkpoint["obs_rms"]
     return replace(checkpoint["args"], **overrides), params, obs_rms
 
 

@@ -84,6 +84,47 @@ def test_runs_in_progress_are_listed_but_left_out_of_the_means(tmp_path, capsys)
     assert (halfway["Steps"], halfway["Final return"]) == ("200", "10.00")  # what it has so far, shown
 
 
+def test_a_diverged_run_is_listed_and_counted_but_left_out_of_the_means(tmp_path, capsys):
+    """The training script logs a `failure` text where it stops at a non-finite value (tensorboardX's
+    add_text writes the same tag); a run resumed from before it purges it, as TensorBoard would."""
+    failure = "training diverged: non-finite losses/v_loss = nan at iteration 3 (global_step 300)"
+    runs = tmp_path / "runs"
+    write_run(runs, f"{ENV}__ppo__1__100", {"charts/episodic_return": [(100, 1.0), (200, 2.0), (300, 3.0), (400, 4.0)]})
+    diverged = runs / f"{ENV}__ppo__2__100"
+    writer = SummaryWriter(str(diverged))
+    writer.add_scalar("charts/episodic_return", 50.0, 200)
+    writer.add_text("failure", failure, 300)
+    writer.close()
+    write_run(runs, f"{ENV}__ppo__3__100", {"charts/episodic_return": [(100, 7.0), (200, 7.0)]})  # still running
+    resumed = runs / f"{ENV}__ppo__4__100"  # diverged at 300, then resumed by hand from its step-200 state
+    writer = SummaryWriter(str(resumed))
+    writer.add_scalar("charts/episodic_return", 5.0, 200)
+    writer.add_text("failure", failure, 300)
+    writer.close()
+    writer = SummaryWriter(str(resumed), purge_step=201)
+    for step in (300, 400):
+        writer.add_scalar("charts/episodic_return", 5.0, step)
+    writer.close()
+
+    code, markdown, err = run_report(runs, tmp_path / "out", capsys, "--window-steps", "250")
+
+    assert code == 0
+    row = group_rows(markdown)["ppo"]
+    assert row["Seeds"] == "2 (+1 in progress, +1 diverged)"
+    assert row["Final return"] == "4.00 ± 1.00"  # seeds 1 (2, 3, 4) and 4 (5, 5, 5): not seed 2's 50
+    statuses = {name: row["Status"] for name, row in run_rows(markdown).items()}
+    assert statuses == {
+        f"{ENV}__ppo__1__100": "included", f"{ENV}__ppo__2__100": "diverged",
+        f"{ENV}__ppo__3__100": "in progress", f"{ENV}__ppo__4__100": "included",
+    }  # fmt: skip
+    (line,) = [line for line in err.splitlines() if " diverged (" in line]  # seed 2's alone
+    assert line == f"report.py: {diverged} diverged ({failure}): left out of the means"
+    with open(tmp_path / "out" / "runs.csv", newline="") as f:
+        assert {row["seed"]: row["status"] for row in csv.DictReader(f)} == {
+            "1": "included", "2": "diverged", "3": "in progress", "4": "included",
+        }  # fmt: skip
+
+
 def test_only_empty_runs_still_give_a_report(tmp_path, capsys):
     runs = tmp_path / "runs"
     (runs / f"{ENV}__ppo__1__100").mkdir(parents=True)
