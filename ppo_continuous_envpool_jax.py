@@ -559,13 +559,10 @@ def collect(params, env_state: EnvState, key, *, env: EnvFunctions, apply_fn, ar
     _, _, last_value = apply_fn(params, env_state.obs)
     batch, return_rms = make_batch(transitions, transitions.value, last_value, env_state.return_rms, args)
     env_state = env_state.replace(return_rms=return_rms)
-    num_episodes = episode_end.done.sum()
-    stats = {
-        "num_episodes": num_episodes,
-        "episodic_return": jnp.where(episode_end.done, episode_end.episode_return, 0.0).sum()
-        / jnp.maximum(num_episodes, 1),
-        "episodic_length": jnp.where(episode_end.done, episode_end.episode_length, 0).sum()
-        / jnp.maximum(num_episodes, 1),
+    stats = {  # over the episodes that ended in the rollout
+        "num_episodes": episode_end.done.sum(),
+        "episodic_return": weighted_mean(episode_end.episode_return, episode_end.done),
+        "episodic_length": weighted_mean(episode_end.episode_length, episode_end.done),
         "explained_variance": explained_variance(batch.value, batch.target, batch.valid),
     }
     if env.success_key:
@@ -579,7 +576,7 @@ def success_rate(episode_end: EpisodeEnd):
     An episode succeeded if the task flagged success at its last step: where the goal was reached and then
     lost, it was not. Before the first episode ends, 0.
     """
-    return (episode_end.done & episode_end.success).sum() / jnp.maximum(episode_end.done.sum(), 1)
+    return weighted_mean(episode_end.success, episode_end.done)
 
 
 def recompute_batch(params, transitions: Transition, last_obs, return_rms, *, apply_fn, args: PPOArgs):
@@ -1116,8 +1113,8 @@ class IterationLogger:
             log_evaluation(writer, evaluation, global_step)
             line += f" eval={evaluation.returns.mean():.1f}"
         self.report(global_step, line)
-        interval = args.checkpoint_every_seconds
-        if self.checkpoint_path and interval and time.monotonic() - self.last_checkpoint_time >= interval:
+        # checkpoint_path is None with --checkpoint-every-seconds 0.
+        if self.checkpoint_path and time.monotonic() - self.last_checkpoint_time >= args.checkpoint_every_seconds:
             writer.flush()  # the log up to the checkpoint is on disk before it, so a resumed run has no gap
             save_checkpoint(self.checkpoint_path, args, state)
             self.last_checkpoint_time = time.monotonic()

@@ -556,7 +556,7 @@ def test_continue_takes_the_sweep_from_its_directory(tmp_path, stub):
         result = benchmark(*args)
         assert result.returncode == 2 and result.stderr.count("\n") == 1 and message in result.stderr, args
     planned = benchmark("--continue", sweep_dir, "--dry-run")
-    assert planned.returncode == 0 and "# Good-v0__1: finished, skipped" in planned.stdout
+    assert planned.returncode == 0 and "# Good-v0__1: skipped (finished earlier)" in planned.stdout
     again = benchmark("--continue", sweep_dir, "--workers", 1, "--no-pin")
     assert again.returncode == 0 and summary_rows(again.stdout)[("Good-v0", 1)]["action"] == "skipped"
 
