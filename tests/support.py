@@ -28,6 +28,14 @@ SMALL = ["--num-envs", "8", "--num-steps", "64", "--num-minibatches", "4", "--up
 HOPPER = ["--env-id", "Hopper-v4", *SMALL]
 MODEL_NAME = "ppo_continuous_envpool_jax.model"  # {exp_name}.model with the default --exp-name
 
+# The processes under test get SIGINT and SIGTERM as a terminal gives them, whatever this test run inherited:
+# under `nohup ... &` SIGINT is ignored, an ignored signal stays ignored across exec, and bash cannot trap a
+# signal that was ignored on entry. A handled one is reset to the default in a child, so this process handles
+# them (resetting them in each child instead would run Python between fork and exec, which JAX warns about).
+for _signum, _handler in ((signal.SIGINT, signal.default_int_handler), (signal.SIGTERM, signal.SIG_DFL)):
+    if signal.getsignal(_signum) == signal.SIG_IGN:
+        signal.signal(_signum, _handler)
+
 
 def script_command(*cli_args):
     return [sys.executable, str(SCRIPT), *cli_args]
@@ -118,13 +126,6 @@ def numpy_gae(reward, value, last_value, terminated, truncated, gamma, lam):
     return advantages, advantages + value
 
 
-def default_signals():
-    """In the child: SIGINT and SIGTERM as a terminal gives them, whatever this test run inherited
-    (under `nohup ... &` SIGINT is ignored, and bash cannot trap a signal that was ignored on entry)."""
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(signum, signal.SIG_DFL)
-
-
 def benchmark(*args, cwd=None, timeout=300, env=None) -> subprocess.CompletedProcess:
     return subprocess.run(
         [str(BENCHMARK), *map(str, args)],
@@ -134,7 +135,6 @@ def benchmark(*args, cwd=None, timeout=300, env=None) -> subprocess.CompletedPro
         text=True,
         timeout=timeout,
         env=env,
-        preexec_fn=default_signals,
     )
 
 

@@ -30,7 +30,6 @@ from tests.support import (
     SWEEP_ENVS,
     USABLE_CPUS,
     benchmark,
-    default_signals,
     read_events,
     reference_run,
 )
@@ -48,7 +47,6 @@ def start_process(*command, env=None) -> subprocess.Popen:
         text=True,
         env=env,
         start_new_session=True,
-        preexec_fn=default_signals,  # noqa: PLW1509 (no threads here; nothing else resets a disposition)
     )
 
 
