@@ -739,8 +739,8 @@ def run_iteration(programs: "Programs", state: RunState, iteration: int, args: P
         if args.target_kl is not None and float(losses["approx_kl"]) > args.target_kl:
             break
     env_state = env_state.replace(return_rms=return_rms)
-    state = RunState(train_state, env_state, state.global_step + args.batch_size)
-    return state, (stats, losses, programs.summarize(train_state))
+    figures = (stats, losses, programs.summarize(train_state, state.train_state.step))
+    return RunState(train_state, env_state, state.global_step + args.batch_size), figures
 
 
 class Programs(NamedTuple):
@@ -750,7 +750,7 @@ class Programs(NamedTuple):
     collect: Callable  # (params, env_state, key) -> (env_state, transitions, batch, stats)
     recompute_batch: Callable  # (params, transitions, last_obs, return_rms) -> (batch, return_rms)
     update_epoch: Callable  # (train_state, batch, permutation) -> (train_state, losses)
-    summarize: Callable  # train_state -> (which parameters are finite, the learning rate)
+    summarize: Callable  # (train_state, first_step) -> (which parameters are finite, the rate at first_step)
 
 
 def make_programs(args: PPOArgs, envs, xla_step) -> Programs:
@@ -767,8 +767,9 @@ def make_programs(args: PPOArgs, envs, xla_step) -> Programs:
         params = network.init(jax.random.PRNGKey(args.seed), env_state.obs)
         return env_state, TrainState.create(apply_fn=network.apply, params=params, tx=optimizer)
 
-    def summarize(train_state):
-        return jax.tree.map(lambda x: jnp.isfinite(x).all(), train_state.params), learning_rate(train_state.step)
+    def summarize(train_state, first_step):
+        # The rate of the iteration's first gradient step, as CleanRL logs the rate its iteration used.
+        return jax.tree.map(lambda x: jnp.isfinite(x).all(), train_state.params), learning_rate(first_step)
 
     return Programs(
         init_states=jax.jit(init_states),

@@ -125,11 +125,12 @@ def test_resume_continues_steps_optimizer_and_learning_rate_schedule(tmp_path):
     assert only_run_dir(tmp_path) == run_dir  # the same run goes on
     resumed = [(step, lr) for step, lr in scalars(run_dir, "charts/learning_rate") if step > saved_step]
     assert [step for step, _ in resumed] == [saved_step + 512, saved_step + 1024]
-    # Linear decay over all 8-per-iteration Adam steps: the count went on from the saved one.
+    # Linear decay over all 8-per-iteration Adam steps: the count went on from the saved one. Each iteration
+    # logs the rate of its first step.
     updates_per_iteration, num_updates = 2 * 4, (total // 512) * 2 * 4
     for step, lr in resumed:
-        count = step // 512 * updates_per_iteration
-        # float32 in the compiled schedule: the last value is 0 to within ~1e-11, not exactly.
+        count = (step // 512 - 1) * updates_per_iteration
+        # float32 in the compiled schedule: equal to within its rounding.
         assert lr == pytest.approx(3e-4 * (1 - count / num_updates), rel=1e-5, abs=1e-9)
     checkpoint = ppo.load_checkpoint(str(model_path))
     assert checkpoint["global_step"] == total and checkpoint["train_state"]["step"] == total // 512 * 8
