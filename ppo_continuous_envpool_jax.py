@@ -209,7 +209,7 @@ def reset_observation(envs):
 class Start(NamedTuple):
     """Where the environments stand when training starts."""
 
-    obs: np.ndarray  # (N, obs_dim), laid out as env_step lays out observations
+    obs: jax.Array | np.ndarray  # (N, obs_dim), laid out as env_step lays out observations
     episode_return: np.ndarray  # (N,) the raw return of each environment's episode so far
     episode_length: np.ndarray  # (N,)
     is_reset: np.ndarray  # (N,) its last step ended an episode, so its next step is the late reset
@@ -901,6 +901,7 @@ def load_checkpoint(path: str) -> dict:
         if "scale_reward" in saved:  # saved before --reward-norm replaced --scale-reward
             saved["reward_norm"] = "scale" if saved.pop("scale_reward") else "none"
         saved.setdefault("init_log_std", 0.0)  # saved before --init-log-std, when it was fixed at 0
+        saved.setdefault("recompute_adv", False)  # saved before --recompute-adv: advantages computed once
         checkpoint["args"] = Args(**saved)
     except (OSError, ValueError, KeyError, TypeError) as error:
         sys.exit(f"error: cannot read a model from {path}: {error}")

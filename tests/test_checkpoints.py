@@ -300,7 +300,8 @@ def test_a_model_saved_with_scale_reward_loads_as_the_matching_reward_norm(
     run_dir, _ = saved_run
     state = flax.serialization.msgpack_restore((run_dir / MODEL_NAME).read_bytes())
     old_args = json.loads(state["args"])
-    for name in ("reward_norm", "clip_action", "adam_eps", "init_log_std", "eval_every", "checkpoint_every_seconds"):
+    added = ("reward_norm", "clip_action", "adam_eps", "init_log_std", "recompute_adv", "eval_every")
+    for name in (*added, "checkpoint_every_seconds"):
         del old_args[name]
     old_args["scale_reward"] = scale_reward
     state["args"] = json.dumps(old_args)
@@ -309,6 +310,7 @@ def test_a_model_saved_with_scale_reward_loads_as_the_matching_reward_norm(
     args = ppo.load_checkpoint(str(old_model))["args"]
     assert args.reward_norm == reward_norm and args.seed == 2 and args.clip_action
     assert args.init_log_std == 0.0  # what those models were initialised with, not today's default
+    assert not args.recompute_adv  # and trained with: resumed, they go on as they were trained
 
 
 @pytest.mark.parametrize(
