@@ -1429,10 +1429,12 @@ def run_training(args: Args, checkpoint: dict | None):
             writer.add_text(
                 "failure", f"training diverged: non-finite {result.failure}", state.global_step + args.batch_size
             )
-        if args.save_model or (keep_state and not finished):
+        # A kept model that is resumed stays kept, and holds the final state, not the last checkpoint.
+        kept_before = checkpoint is not None and checkpoint["args"].save_model
+        if args.save_model or kept_before or (keep_state and not finished):
             save_checkpoint(model_path, args, state)
             print(f"model saved to {model_path}")
-        elif finished and os.path.exists(model_path) and not (checkpoint and checkpoint["args"].save_model):
+        elif finished and os.path.exists(model_path):
             os.remove(model_path)  # the checkpoint of a run that finished without --save-model
         # The final policy is evaluated for a video, and for a kept model (--eval-every has logged it already).
         if finished and (args.capture_video or (args.save_model and not args.eval_every)):

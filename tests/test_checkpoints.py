@@ -222,6 +222,25 @@ def test_an_unwritable_checkpoint_is_one_line_and_the_last_good_one_is_kept(tmp_
     assert ppo.load_checkpoint(str(run_dir / MODEL_NAME))["global_step"] in (2 * 512, 3 * 512)
 
 
+def test_a_kept_model_resumed_without_save_model_ends_as_the_final_model(saved_run, tmp_path):
+    """Checkpoints overwrite the model file while the resumed run goes on; at the end it must not be left
+    holding the last of them: the model the user kept goes on to the final state."""
+    run_dir = tmp_path / "runs" / saved_run[0].name
+    shutil.copytree(saved_run[0], run_dir)
+    result = run_script(
+        "--resume",
+        f"runs/{run_dir.name}",
+        "--no-save-model",
+        "--total-timesteps",
+        "5120",
+        *EVERY_ITERATION,
+        cwd=tmp_path,
+    )
+    assert result.returncode == 0, result.stderr
+    assert f"model saved to runs/{run_dir.name}/{MODEL_NAME}" in result.stdout
+    assert ppo.load_checkpoint(str(run_dir / MODEL_NAME))["global_step"] == 5120
+
+
 def test_resume_of_a_directory_without_a_model_is_one_line(tmp_path):
     result = run_script("--resume", str(tmp_path), cwd=tmp_path)
     assert result.returncode != 0
