@@ -26,8 +26,8 @@ A sweep that stopped (Ctrl-C, a killed process, a lost machine, a Slurm job past
 up with --continue: runs that succeeded are skipped, and so are runs whose training diverged (a
 result, not retried; their last finite state stays in their run directory); runs with a checkpoint are
 resumed in their own run directory, the rest (failed ones included) are started; the summary's action
-column says which (skipped, resumed, started). A run started again whose earlier attempt left a run directory without a
-checkpoint (killed within its first minute, or failed) has that directory moved to
+column says which (skipped, resumed, started). A run started again whose earlier attempt left a run
+directory without a checkpoint (killed within its first minute, or failed) has that directory moved to
 runs/logs/<sweep>/abandoned/, kept but out of the report's way. Running the same command again starts a
 new sweep instead.
 
@@ -237,8 +237,8 @@ last_return() {
 # --continue), runs.tsv (index, env id, seed), and per run <env>__<seed>.log (the output of every
 # attempt, each after its "+ command" line), <env>__<seed>.lock (held while an attempt runs; it names
 # the attempt's pid) and, once the latest attempt has ended, <env>__<seed>.status:
-# "STATE RC START END ACTION" (STATE: ok, diverged, failed, interrupted; START/END: unix seconds of that attempt;
-# ACTION: what the latest call did with the run: started, resumed, skipped).
+# "STATE RC START END ACTION" (STATE: ok, diverged, failed, interrupted; START/END: unix seconds of that
+# attempt; ACTION: what the latest call did with the run: started, resumed, skipped).
 
 format_duration() {
     local s=$1

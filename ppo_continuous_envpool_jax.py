@@ -120,8 +120,8 @@ class PPOArgs:
     """toggles observation normalization by running mean and variance"""
     reward_norm: Literal["none", "scale", "return"] = "scale"
     """none: raw rewards. scale: rewards divided by the running std of the discounted return, clipped to
-    +-10 (CleanRL's: gym 0.23's NormalizeReward). return: tianshou's rew_norm, raw rewards and a critic that predicts
-    returns divided by the running std of the lambda-returns"""
+    +-10 (CleanRL's: gym 0.23's NormalizeReward). return: tianshou's rew_norm, raw rewards and a critic
+    that predicts returns divided by the running std of the lambda-returns"""
     clip_action: bool = True
     """clip the policy's sample to [-1, 1] before scaling it onto the task's bounds (off: scaled, not clipped;
     MuJoCo clamps the control, but EnvPool charges the control cost on the action as sent)"""
@@ -334,8 +334,8 @@ def scale_reward(return_rms: RunningMeanStd, discounted_return, reward, is_reset
     NormalizeReward), clip to +-10 (CleanRL's TransformReward).
 
     The discounted return restarts with each episode (gymnasium 1's NormalizeReward instead restarts it at
-    a termination's own step and carries it over a truncation). Reset steps (reward 0, not an experience) neither
-    extend it nor count towards its statistics.
+    a termination's own step and carries it over a truncation). Reset steps (reward 0, not an experience)
+    neither extend it nor count towards its statistics.
     """
     discounted_return = jnp.where(is_reset, 0.0, discounted_return * gamma + reward)
     return_rms = rms_update(return_rms, discounted_return, mask=~is_reset)
@@ -1419,7 +1419,7 @@ def run_training(args: Args, checkpoint: dict | None):
             logger = IterationLogger(args, writer, report, model_path if args.checkpoint_every_seconds else None)
             try:
                 result = train(args, logger, stop, checkpoint)
-            finally:  # from here on, Ctrl-C interrupts the save and evaluation as usual (main says so in one line)
+            finally:  # from here on, Ctrl-C interrupts the save and evaluation as usual (main makes it one line)
                 for signum, handler in handlers.items():
                     signal.signal(signum, handler)
         state = result.state
