@@ -821,7 +821,8 @@ def number(cell: str) -> float:
 
 
 def read_finals(path: Path, args: argparse.Namespace) -> list[Final]:
-    """The included runs of a per-run CSV that pass the filters; rows of another `status` are skipped."""
+    """The included runs of a per-run CSV that pass the filters; rows of another `status` are skipped (a
+    diverged one with a line on stderr)."""
     with open(path, newline="") as f:
         reader = csv.DictReader(f)
         required = ["env_id", "exp_name", "seed", "final_return"]
@@ -831,6 +832,8 @@ def read_finals(path: Path, args: argparse.Namespace) -> list[Final]:
         rows = list(reader)
     finals = []
     for line, row in enumerate(rows, start=2):  # line 1 is the header
+        if row.get("status", INCLUDED) == DIVERGED:
+            print(f"report.py: {path}, line {line}: a diverged run, left out of the means", file=sys.stderr)
         if row.get("status", INCLUDED) != INCLUDED:
             continue
         try:
