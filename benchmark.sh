@@ -209,8 +209,8 @@ parse_options "$@"
 #   - with --resume RUN_DIR continues that run in RUN_DIR (a directory without a .model is an error, so
 #     plan_run passes --resume only when there is one);
 #   - exits 0 when done, 128+signal after SIGINT/SIGTERM (the checkpoint kept), 1 on errors; when training
-#     diverged (a non-finite loss or parameter), its last line starts with `error: training diverged`
-#     (last_attempt_diverged).
+#     diverged (a non-finite loss or parameter), it prints a line that starts with `error: training
+#     diverged` (last_attempt_diverged).
 # tests/test_benchmark.py checks these lines against the real script.
 
 # The run directory a run's log names (its last "run_dir=" line), or nothing.
@@ -423,12 +423,15 @@ new_sweep_dir() {
 
 # plan_run INDEX: what the run needs now, from its files alone (run from the workdir): sets $action
 # (skipped: its latest attempt ended ok or diverged, $skipped says which; resumed: its run directory has a
-# checkpoint; started) and $cmd. A diverged run is a result: resuming it from its last finite state on
+# checkpoint; started), $cmd, and $planned_state (the latest attempt's state). A diverged run is a result: resuming it from its last finite state on
 # fresh environments would retry it until a seed survives, and the sweep would report survivors only.
 plan_run() {
     local i=$1 name state="" run_dir
     name=$(run_name "$i")
     if [[ -f "$sweep_dir/$name.status" ]]; then read -r state _ <"$sweep_dir/$name.status"; fi
+    # A sweep of a benchmark.sh before the status `diverged` recorded such a run as failed.
+    if [[ "$state" == failed ]] && last_attempt_diverged "$sweep_dir/$name.log"; then state=diverged; fi
+    planned_state=$state
     cmd=("${python[@]}" "$SCRIPT" --env-id "${run_envs[i]}" --seed "${run_seeds[i]}" --num-threads "$cores_per_run")
     cmd+=("${extra[@]+"${extra[@]}"}")
     run_dir=$(logged_run_dir "$sweep_dir/$name.log")
@@ -478,8 +481,8 @@ run_task() {
     echo "$$" >"$lock"
     plan_run "$i"
     if [[ "$action" == skipped ]]; then
-        read -r state rc start end _ <"$status"
-        echo "$state $rc $start $end skipped" >"$status"
+        read -r _ rc start end _ <"$status"
+        echo "$planned_state $rc $start $end skipped" >"$status"
         echo "[$(date +%H:%M:%S)] skip   $name ($skipped)"
         exit 0
     fi
@@ -496,10 +499,10 @@ run_task() {
     trap - INT TERM
     if ((rc == 0)); then
         state=ok
+    elif last_attempt_diverged "$log"; then  # also when a signal came in the iteration that diverged
+        state=diverged
     elif ((signalled)); then
         state=interrupted
-    elif last_attempt_diverged "$log"; then
-        state=diverged
     else
         state=failed
     fi

@@ -64,10 +64,10 @@ from flax.training.train_state import TrainState
 class PPOArgs:
     # The defaults start from tianshou's MuJoCo PPO configuration (64 envs x 32 steps, 10 epochs of
     # minibatches of 64, value coefficient 0.25, advantages recomputed every epoch, initial log-std -0.5)
-    # and differ from it in advantage normalisation, CleanRL's clipped value loss (and its 0.5 x squared
-    # error, so the value term weighs half of tianshou's; Adam undoes a loss's scale, so that matters only
-    # through the shared grad-norm clip and Adam's epsilon), reward scaling instead of return
-    # normalisation, and Adam's epsilon. They were chosen on five tasks at once: docs/ablations.md.
+    # and differ from it in advantage normalisation, CleanRL's clipped value loss, reward scaling instead of
+    # return normalisation, and Adam's epsilon. The value loss is CleanRL's 0.5 x squared error, so its term
+    # weighs half of tianshou's; as Adam undoes a loss's scale, that acts only through the shared grad-norm
+    # clip and Adam's epsilon. The defaults were chosen on five tasks at once: docs/ablations.md.
     env_id: str = "HalfCheetah-v4"
     """the id of an EnvPool MuJoCo task"""
     seed: int = 1
@@ -120,7 +120,7 @@ class PPOArgs:
     """toggles observation normalization by running mean and variance"""
     reward_norm: Literal["none", "scale", "return"] = "scale"
     """none: raw rewards. scale: rewards divided by the running std of the discounted return, clipped to
-    +-10 (CleanRL's: gym 0.23's NormalizeReward). return: tianshou's rew_norm, raw rewards and a critic
+    +-10 (CleanRL's gym-era scaling: gym 0.23's NormalizeReward). return: tianshou's rew_norm, raw rewards and a critic
     that predicts returns divided by the running std of the lambda-returns"""
     clip_action: bool = True
     """clip the policy's sample to [-1, 1] before scaling it onto the task's bounds (off: scaled, not clipped;
@@ -331,10 +331,10 @@ def normalize_obs(obs_rms: RunningMeanStd, obs: jax.Array):
 
 def scale_reward(return_rms: RunningMeanStd, discounted_return, reward, is_reset, gamma: float):
     """CleanRL's reward scaling: divide rewards (N,) by the running std of the discounted return (gym 0.23's
-    NormalizeReward), clip to +-10 (CleanRL's TransformReward).
+    NormalizeReward, as in CleanRL's gym-era scripts), clip to +-10 (CleanRL's TransformReward).
 
-    The discounted return restarts with each episode (gymnasium 1's NormalizeReward instead restarts it at
-    a termination's own step and carries it over a truncation). Reset steps (reward 0, not an experience)
+    The discounted return restarts with each episode (gym 0.26's and gymnasium's NormalizeReward instead
+    restart it at a termination's own step and carry it over a truncation). Reset steps (reward 0, not an experience)
     neither extend it nor count towards its statistics.
     """
     discounted_return = jnp.where(is_reset, 0.0, discounted_return * gamma + reward)
@@ -810,7 +810,8 @@ class Args(PPOArgs):
     """the entity (team) of wandb's project"""
     save_model: bool = False
     """keep the model (parameters, optimizer and normalisation state) in `runs/{run_name}/{exp_name}.model`
-    (resumed: the file resumed) at the end; also on Ctrl-C/SIGTERM, and the last finite state on divergence"""
+    at the end (resumed: the file resumed; a kept one stays kept); also on Ctrl-C/SIGTERM, and the last
+    finite state on divergence"""
     checkpoint_every_seconds: float = 60.0
     """write the run's resumable state to `runs/{run_name}/{exp_name}.model` after the first iteration that
     ends this many seconds after the start or the last checkpoint (0: off), and on every early stop; removed
@@ -857,9 +858,11 @@ def save_checkpoint(path: str, args: Args, state: RunState):
             f.flush()
             os.fsync(f.fileno())  # else a crash soon after the rename can leave an empty file in its place
         os.replace(f"{path}.tmp", path)
-    except OSError as error:
+    except (OSError, KeyboardInterrupt) as error:
         with contextlib.suppress(OSError):
             os.remove(f"{path}.tmp")
+        if isinstance(error, KeyboardInterrupt):
+            raise
         sys.exit(f"error: cannot write the checkpoint {path}: {error} (the previous one, if any, is kept)")
 
 
@@ -1368,6 +1371,8 @@ def parse_args(cli_args: list[str] | None = None) -> tuple[Args, dict | None]:
         sys.exit(f"error: {error}")
     if saved.resume:  # the model file, also where its run directory was named
         args.resume = path
+        # A kept model stays kept: the run's checkpoints overwrite it, so at the end it holds the final state.
+        args.save_model = args.save_model or checkpoint["args"].save_model
     elif saved.evaluate:
         args.evaluate = path
     args.batch_size = args.num_envs * args.num_steps
@@ -1429,9 +1434,7 @@ def run_training(args: Args, checkpoint: dict | None):
             writer.add_text(
                 "failure", f"training diverged: non-finite {result.failure}", state.global_step + args.batch_size
             )
-        # A kept model that is resumed stays kept, and holds the final state, not the last checkpoint.
-        kept_before = checkpoint is not None and checkpoint["args"].save_model
-        if args.save_model or kept_before or (keep_state and not finished):
+        if args.save_model or (keep_state and not finished):
             save_checkpoint(model_path, args, state)
             print(f"model saved to {model_path}")
         elif finished and os.path.exists(model_path):
@@ -1457,18 +1460,19 @@ def run_training(args: Args, checkpoint: dict | None):
 
 
 def main(cli_args: list[str] | None = None):
-    args, checkpoint = parse_args(cli_args)
-    # Fail before training, not after it, when video cannot be rendered.
-    gl_context = open_gl_context(*VIDEO_SIZE) if args.capture_video else None
+    gl_context = None
     try:
+        args, checkpoint = parse_args(cli_args)
+        # Fail before training, not after it, when video cannot be rendered.
+        gl_context = open_gl_context(*VIDEO_SIZE) if args.capture_video else None
         if args.evaluate:
             run_name = os.path.basename(os.path.dirname(os.path.abspath(args.evaluate)))
             params, obs_rms = checkpoint["train_state"]["params"], checkpoint["obs_rms"]
             run_evaluation(args, params, obs_rms, run_name)
         else:
             run_training(args, checkpoint)
-    except KeyboardInterrupt:  # Ctrl-C outside `train` (the final save or evaluation, --evaluate) is Python's
-        print("\nSIGINT: interrupted (a model file being written keeps its last complete version)", file=sys.stderr)
+    except KeyboardInterrupt:  # Ctrl-C outside `train` (loading, the final save or evaluation) is Python's
+        print("\nSIGINT: interrupted (a model file being written keeps its previous version)", file=sys.stderr)
         sys.exit(128 + signal.SIGINT)
     finally:
         if gl_context is not None:

@@ -20,8 +20,8 @@ published tables) instead of a runs directory, and writes the comparison alone; 
 all, e.g. the runs.csv of each sweep of a screen, kept after the run directories are gone.
 
 A sweep may still be running: a run that has logged fewer steps than the longest run of its (env id,
-exp name), or no scalar at all yet, is listed as "in progress" and counts nowhere else; so is a run whose
-training diverged (listed as "diverged", with a line on stderr). Other directories are skipped with a line
+exp name), or no scalar at all yet, is listed as "in progress" and left out of the means and curves. A run
+whose training diverged is listed as "diverged" and left out too, with a line on stderr. Other directories are skipped with a line
 on stderr, except `logs`, where benchmark.sh keeps the sweeps' logs.
 
 Definitions
@@ -44,8 +44,8 @@ Definitions
                 with no scalar event yet (a run that has just started): listed with what it has logged so
                 far, and left out of the means, of the seed counts behind them and of the curves.
   diverged      a run that the training script stopped at a non-finite loss or parameter (its `failure`
-                text): listed, counted beside the seeds, and left out like a run in progress; a mean over
-                the seeds that did not diverge is only that.
+                text): listed, counted beside the seeds ("3 (+1 diverged)"), and left out like a run in
+                progress, so the means are over the seeds that did not diverge.
   std           population standard deviation over seeds (numpy's default, ddof=0).
   curves        each seed's curve is linearly interpolated onto a common grid spanning the x range
                 that all seeds cover; the line is the mean over seeds, the band mean ± std. The eval curves
@@ -832,9 +832,8 @@ def read_finals(path: Path, args: argparse.Namespace) -> list[Final]:
         rows = list(reader)
     finals = []
     for line, row in enumerate(rows, start=2):  # line 1 is the header
-        if row.get("status", INCLUDED) == DIVERGED:
-            print(f"report.py: {path}, line {line}: a diverged run, left out of the means", file=sys.stderr)
-        if row.get("status", INCLUDED) != INCLUDED:
+        status = row.get("status", INCLUDED)
+        if status not in (INCLUDED, DIVERGED):
             continue
         try:
             final = Final(
@@ -846,7 +845,12 @@ def read_finals(path: Path, args: argparse.Namespace) -> list[Final]:
             )
         except ValueError as error:
             raise BadInput(f"{path}, line {line}: {error}") from None
-        if selected(final._asdict(), args):
+        if not selected(final._asdict(), args):
+            continue
+        if status == DIVERGED:
+            where = f"{final.env_id} `{final.exp_name}` seed {final.seed} ({path}, line {line})"
+            print(f"report.py: {where} diverged: left out of the means", file=sys.stderr)
+        else:
             finals.append(final)
     return finals
 

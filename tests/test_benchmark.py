@@ -391,6 +391,20 @@ def test_a_diverged_run_is_a_result_that_continue_does_not_retry(tmp_path, stub)
     dry = benchmark("--continue", sweep_dir, "--dry-run")
     assert "# Diverge-v0__1: skipped (diverged earlier: a result, not retried)" in dry.stdout
 
+    # A sweep of an older benchmark.sh recorded it as failed: the log still tells, from the latest attempt.
+    status = sweep_dir / "Diverge-v0__1.status"
+    status.write_text(status.read_text().replace("diverged", "failed", 1))
+    older = benchmark("--continue", sweep_dir)
+    assert summary_rows(older.stdout)[("Diverge-v0", 1)] | {"log": "-"} == {
+        "status": "diverged", "action": "skipped", "return": "-", "log": "-",
+    }  # fmt: skip
+    # An attempt after the diverged one that failed otherwise: a failed run, resumed from its checkpoint.
+    status.write_text(status.read_text().replace("diverged", "failed", 1))
+    with open(sweep_dir / "Diverge-v0__1.log", "a") as log:
+        log.write("+ a later attempt\nerror: something else\n")
+    later = benchmark("--continue", sweep_dir)
+    assert summary_rows(later.stdout)[("Diverge-v0", 1)]["action"] == "resumed"
+
 
 def test_one_worker_gets_every_core(tmp_path, stub):
     result = benchmark("--workdir", tmp_path, "--python", stub, "--env-ids", "Good-v0", "--seeds", 1)

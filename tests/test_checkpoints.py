@@ -17,6 +17,7 @@ import flax
 import jax
 import numpy as np
 import pytest
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 import ppo_continuous_envpool_jax as ppo
 import report
@@ -222,23 +223,21 @@ def test_an_unwritable_checkpoint_is_one_line_and_the_last_good_one_is_kept(tmp_
     assert ppo.load_checkpoint(str(run_dir / MODEL_NAME))["global_step"] in (2 * 512, 3 * 512)
 
 
-def test_a_kept_model_resumed_without_save_model_ends_as_the_final_model(saved_run, tmp_path):
-    """Checkpoints overwrite the model file while the resumed run goes on; at the end it must not be left
-    holding the last of them: the model the user kept goes on to the final state."""
+def test_a_kept_model_resumed_without_save_model_stays_kept_and_ends_as_the_final_model(saved_run, tmp_path):
+    """Checkpoints would overwrite the model file while the resumed run goes on: the model the user kept stays
+    kept, and goes on to the final state, however often it is resumed."""
     run_dir = tmp_path / "runs" / saved_run[0].name
     shutil.copytree(saved_run[0], run_dir)
-    result = run_script(
-        "--resume",
-        f"runs/{run_dir.name}",
-        "--no-save-model",
-        "--total-timesteps",
-        "5120",
-        *EVERY_ITERATION,
-        cwd=tmp_path,
-    )
-    assert result.returncode == 0, result.stderr
-    assert f"model saved to runs/{run_dir.name}/{MODEL_NAME}" in result.stdout
-    assert ppo.load_checkpoint(str(run_dir / MODEL_NAME))["global_step"] == 5120
+    no_checkpoint_before_the_end = ["--checkpoint-every-seconds", "1e9"]
+    for total in (5120, 6144):
+        result = run_script(
+            "--resume", f"runs/{run_dir.name}", "--no-save-model", "--total-timesteps", str(total),
+            *no_checkpoint_before_the_end, cwd=tmp_path,
+        )  # fmt: skip
+        assert result.returncode == 0, result.stderr
+        assert f"model saved to runs/{run_dir.name}/{MODEL_NAME}" in result.stdout
+        checkpoint = ppo.load_checkpoint(str(run_dir / MODEL_NAME))
+        assert checkpoint["global_step"] == total and checkpoint["args"].save_model
 
 
 def test_resume_of_a_directory_without_a_model_is_one_line(tmp_path):
@@ -375,7 +374,14 @@ def test_non_finite_loss_stops_with_the_iteration_and_quantity_and_keeps_the_las
     assert all(np.isfinite(leaf).all() for leaf in jax.tree.leaves(params))
     # The rollout dispatched after the diverged iteration sent MuJoCo no NaN controls (it would log them).
     assert not (tmp_path / "MUJOCO_LOG.TXT").exists() and "Nan" not in result.stdout
-    # The run says so in its log, where report.py finds it: listed as diverged, in no mean.
+    # The run says so in its log, at the diverged iteration's step, where report.py finds it: listed as
+    # diverged, in no mean.
+    diverged_step = int(re.search(r"\(global_step (\d+)\)", line)[1])
+    acc = EventAccumulator(str(model_path.parent))
+    acc.Reload()
+    (failure,) = acc.Tensors(report.FAILURE_TAG)
+    assert failure.step == diverged_step
+    assert failure.tensor_proto.string_val[0].decode() in line  # the error line, without "error: " and the path
     assert report.main([str(tmp_path / "runs"), "--out-dir", str(tmp_path / "report"), "--no-plots"]) == 0
     with open(tmp_path / "report" / "runs.csv", newline="") as f:
         assert [row["status"] for row in csv.DictReader(f)] == ["diverged"]
@@ -393,7 +399,7 @@ def test_ctrl_c_in_the_final_evaluation_is_one_line_and_keeps_the_saved_model(tm
         ppo.main([*HOPPER, "--total-timesteps", "1024", "--save-model"])  # evaluates the saved model at the end
     assert exit_info.value.code == 130
     assert capsys.readouterr().err.strip().splitlines()[-1] == (
-        "SIGINT: interrupted (a model file being written keeps its last complete version)"
+        "SIGINT: interrupted (a model file being written keeps its previous version)"
     )
     # The model was saved before the evaluation, and holds the whole run.
     assert ppo.load_checkpoint(str(only_run_dir(tmp_path) / MODEL_NAME))["global_step"] == 1024

@@ -125,7 +125,7 @@ def test_a_diverged_run_is_listed_and_counted_but_left_out_of_the_means(tmp_path
         }  # fmt: skip
     # Its runs.csv, read back, says so too.
     assert report.main(["--finals", str(tmp_path / "out" / "runs.csv"), "--out-dir", str(tmp_path / "cmp")]) == 0
-    assert "runs.csv, line 3: a diverged run, left out of the means" in capsys.readouterr().err
+    assert f"{ENV} `ppo` seed 2 ({tmp_path / 'out' / 'runs.csv'}, line 3) diverged" in capsys.readouterr().err
 
 
 def test_only_empty_runs_still_give_a_report(tmp_path, capsys):
