@@ -423,8 +423,9 @@ new_sweep_dir() {
 
 # plan_run INDEX: what the run needs now, from its files alone (run from the workdir): sets $action
 # (skipped: its latest attempt ended ok or diverged, $skipped says which; resumed: its run directory has a
-# checkpoint; started), $cmd, and $planned_state (the latest attempt's state). A diverged run is a result: resuming it from its last finite state on
-# fresh environments would retry it until a seed survives, and the sweep would report survivors only.
+# checkpoint; started), $cmd, and $planned_state (the latest attempt's state). A diverged run is a
+# result: resuming it from its last finite state on fresh environments would retry it until a seed
+# survives, and the sweep would report survivors only.
 plan_run() {
     local i=$1 name state="" run_dir
     name=$(run_name "$i")

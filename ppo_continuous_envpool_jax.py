@@ -120,8 +120,8 @@ class PPOArgs:
     """toggles observation normalization by running mean and variance"""
     reward_norm: Literal["none", "scale", "return"] = "scale"
     """none: raw rewards. scale: rewards divided by the running std of the discounted return, clipped to
-    +-10 (CleanRL's gym-era scaling: gym 0.23's NormalizeReward). return: tianshou's rew_norm, raw rewards and a critic
-    that predicts returns divided by the running std of the lambda-returns"""
+    +-10 (CleanRL's gym-era scaling: gym 0.23's NormalizeReward). return: tianshou's rew_norm, raw
+    rewards and a critic that predicts returns divided by the running std of the lambda-returns"""
     clip_action: bool = True
     """clip the policy's sample to [-1, 1] before scaling it onto the task's bounds (off: scaled, not clipped;
     MuJoCo clamps the control, but EnvPool charges the control cost on the action as sent)"""
@@ -334,8 +334,8 @@ def scale_reward(return_rms: RunningMeanStd, discounted_return, reward, is_reset
     NormalizeReward, as in CleanRL's gym-era scripts), clip to +-10 (CleanRL's TransformReward).
 
     The discounted return restarts with each episode (gym 0.26's and gymnasium's NormalizeReward instead
-    restart it at a termination's own step and carry it over a truncation). Reset steps (reward 0, not an experience)
-    neither extend it nor count towards its statistics.
+    restart it at a termination's own step and carry it over a truncation). Reset steps (reward 0, not an
+    experience) neither extend it nor count towards its statistics.
     """
     discounted_return = jnp.where(is_reset, 0.0, discounted_return * gamma + reward)
     return_rms = rms_update(return_rms, discounted_return, mask=~is_reset)
@@ -893,9 +893,10 @@ def load_checkpoint(path: str) -> dict:
         with open(path, "rb") as f:
             checkpoint = flax.serialization.msgpack_restore(f.read())
         # What save_checkpoint writes; another msgpack file would fail later, with a traceback.
-        if missing := [
+        missing = [
             key for key in ("args", "global_step", "train_state", "obs_rms", "return_rms") if key not in checkpoint
-        ]:
+        ]
+        if missing:
             raise ValueError(f"it has no {', '.join(missing)}")
         for name in ("obs_rms", "return_rms"):
             checkpoint[name] = RunningMeanStd(**checkpoint[name])

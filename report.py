@@ -20,9 +20,9 @@ published tables) instead of a runs directory, and writes the comparison alone; 
 all, e.g. the runs.csv of each sweep of a screen, kept after the run directories are gone.
 
 A sweep may still be running: a run that has logged fewer steps than the longest run of its (env id,
-exp name), or no scalar at all yet, is listed as "in progress" and left out of the means and curves. A run
-whose training diverged is listed as "diverged" and left out too, with a line on stderr. Other directories are skipped with a line
-on stderr, except `logs`, where benchmark.sh keeps the sweeps' logs.
+exp name), or no scalar at all yet, is listed as "in progress" and left out of the means and curves. A
+run whose training diverged is listed as "diverged" and left out too, with a line on stderr. Other
+directories are skipped with a line on stderr, except `logs`, where benchmark.sh keeps the sweeps' logs.
 
 Definitions
   final return  the mean of the `charts/episodic_return` values logged in the last `--window-steps`
