@@ -210,11 +210,24 @@ def test_the_restored_state_is_the_saved_one(saved_run):
     assert float(state.env_state.obs_rms.count) == pytest.approx(count)
 
 
+def block_the_next_checkpoint(tmp_file):
+    """A directory where the next checkpoint is written, so that writing it fails. The script may be writing
+    iteration 3's at this moment, the file existing for the milliseconds before its rename: try again until
+    it is gone (bounded)."""
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            return tmp_file.mkdir()
+        except FileExistsError:
+            if time.monotonic() > deadline:
+                raise
+
+
 def test_an_unwritable_checkpoint_is_one_line_and_the_last_good_one_is_kept(tmp_path):
     process = start(tmp_path, *HOPPER, "--total-timesteps", "8192", *EVERY_ITERATION)
     run_dir = tmp_path / wait_for_line(process, "run_dir=").strip().split("=", 1)[1]
     wait_for_line(process, "iteration=3/")
-    (run_dir / f"{MODEL_NAME}.tmp").mkdir()  # where the next checkpoint is written: now it cannot be
+    block_the_next_checkpoint(run_dir / f"{MODEL_NAME}.tmp")
     _stdout, stderr = process.communicate(timeout=300)
     assert process.returncode == 1
     last_line = stderr.strip().splitlines()[-1]
