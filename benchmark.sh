@@ -344,6 +344,9 @@ fi
 is_positive() { is_uint "$1" && (($1 > 0)); }
 is_positive "$num_seeds" || die "--seeds must be a positive integer, got '$num_seeds'"
 is_uint "$first_seed" || die "--first-seed must be a non-negative integer, got '$first_seed'"
+# The training script's seeds are EnvPool's int32; the lengths come first, so bash's 64-bit sum cannot wrap.
+((${#first_seed} <= 10 && ${#num_seeds} <= 10 && first_seed + num_seeds - 1 <= 2147483647)) ||
+    die "the last seed, --first-seed + --seeds - 1, must be at most 2147483647 (EnvPool's seeds are int32)"
 [[ -z "$workers" ]] || is_positive "$workers" || die "--workers must be a positive integer, got '$workers'"
 [[ -z "$cores_per_run" ]] || is_positive "$cores_per_run" || die "--cores-per-run must be a positive integer, got '$cores_per_run'"
 
@@ -355,6 +358,9 @@ for arg in "${extra[@]+"${extra[@]}"}"; do
     case "$arg" in
         --env-id | --env-id=* | --env_id | --env_id=* | --seed | --seed=* | --num-threads | --num-threads=* | --num_threads | --num_threads=* | --resume | --resume=*)
             die "do not pass ${arg%%=*} after --: the sweep sets it (use --env-ids, --seeds, --cores-per-run, --continue)" ;;
+        # Each would make every run exit 0 without training, and --continue would then skip them as finished.
+        -h | --help | --list-tasks | --list_tasks | --evaluate | --evaluate=*)
+            die "do not pass ${arg%%=*} after --: a sweep trains (run the training script itself for it)" ;;
     esac
 done
 

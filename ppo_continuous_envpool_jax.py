@@ -1224,8 +1224,13 @@ def unsupported_features(spec) -> list[str]:
         obs_space, action_space = spec.observation_space, spec.action_space
     leaves = jax.tree.leaves(dict(obs_space)) if isinstance(obs_space, Mapping) else [obs_space]
     players = getattr(spec.config, "max_num_players", 1)
+    continuous = hasattr(action_space, "low")
+    # DeepMind Control's LQR tasks declare their unbounded actions as +-1e10: mapped onto that range (see
+    # `to_env_action`), the policy's first actions would be about 1e9.
+    unbounded = continuous and not np.all(np.abs([action_space.low, action_space.high]) < 1e6)
     features = [
-        "discrete actions" if not hasattr(action_space, "low") else None,
+        "discrete actions" if not continuous else None,
+        "unbounded actions" if unbounded else None,
         "pixel observations" if any(getattr(leaf, "dtype", None) == np.uint8 for leaf in leaves) else None,
         f"{players} players" if players > 1 else None,
     ]
@@ -1275,6 +1280,7 @@ def check_args(args: Args) -> str | None:
     """Return a one-line description of what is wrong with `args`, or None."""
     # Written so that NaN fails every check: each comparison with NaN is False.
     ranges = {
+        "seed": (lambda x: 0 <= x < 2**31, "in [0, 2**31 - 1] (EnvPool's seeds are int32)"),
         "total_timesteps": (lambda x: x > 0, "positive"),
         "num_envs": (lambda x: x > 0, "positive"),
         "num_steps": (lambda x: x > 0, "positive"),
@@ -1299,6 +1305,9 @@ def check_args(args: Args) -> str | None:
             return f"--{name.replace('_', '-')} must be {requirement}, got {getattr(args, name)}"
     if args.target_kl is not None and not args.target_kl > 0:
         return f"--target-kl must be positive where given, got {args.target_kl}"
+    # It names the run directory and the model file, which --resume and --evaluate find by a *.model glob.
+    if not args.exp_name or "/" in args.exp_name or args.exp_name.startswith("."):
+        return f"--exp-name must be a file name, not empty and without '/' or a leading '.', got {args.exp_name!r}"
     if not args.hidden_sizes or min(args.hidden_sizes) <= 0:
         return f"--hidden-sizes must be positive integers, got {args.hidden_sizes}"
     batch_size = args.num_envs * args.num_steps
@@ -1307,7 +1316,7 @@ def check_args(args: Args) -> str | None:
             f"--num-minibatches {args.num_minibatches} does not divide the batch of "
             f"--num-envs {args.num_envs} x --num-steps {args.num_steps} = {batch_size}"
         )
-    if args.total_timesteps < batch_size:
+    if args.total_timesteps < batch_size and not args.evaluate:  # evaluating trains nothing
         return f"--total-timesteps {args.total_timesteps} is less than one batch ({batch_size} steps)"
     if args.env_id not in envpool.list_all_envs():
         register_every_family()  # to say why another family's task cannot be trained

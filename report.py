@@ -348,6 +348,10 @@ def parse_args(argv=None) -> argparse.Namespace:
             parser.error(f"finals CSV not found: {path}")
     if args.finals is None and not args.runs_dir.is_dir():
         parser.error(f"runs directory not found: {args.runs_dir}")
+    if args.out_dir.exists() and not args.out_dir.is_dir():
+        parser.error(f"--out-dir {args.out_dir} is a file, not a directory")
+    if args.markdown in ("", ".", "..") or "/" in args.markdown:
+        parser.error(f"--markdown takes a file name in --out-dir, got {args.markdown!r}")
     return args
 
 
@@ -823,15 +827,20 @@ def number(cell: str) -> float:
 def read_finals(path: Path, args: argparse.Namespace) -> list[Final]:
     """The included runs of a per-run CSV that pass the filters; rows of another `status` are skipped (a
     diverged one with a line on stderr)."""
-    with open(path, newline="") as f:
-        reader = csv.DictReader(f)
-        required = ["env_id", "exp_name", "seed", "final_return"]
-        missing = [column for column in required if column not in (reader.fieldnames or [])]
-        if missing:
-            raise BadInput(f"{path} has no column {', '.join(missing)}")
-        rows = list(reader)
+    required = ["env_id", "exp_name", "seed", "final_return"]
+    try:
+        with open(path, newline="") as f:
+            reader = csv.DictReader(f)
+            missing = [column for column in required if column not in (reader.fieldnames or [])]
+            if missing:
+                raise BadInput(f"{path} has no column {', '.join(missing)}")
+            rows = list(reader)
+    except UnicodeDecodeError:
+        raise BadInput(f"{path} is not a text CSV (not UTF-8)") from None
     finals = []
     for line, row in enumerate(rows, start=2):  # line 1 is the header
+        if any(row[column] is None for column in required):  # DictReader fills a short row's cells with None
+            raise BadInput(f"{path}, line {line}: fewer cells than the header has columns")
         status = row.get("status", INCLUDED)
         if status not in (INCLUDED, DIVERGED):
             continue
@@ -897,14 +906,21 @@ def reference_figures(finals: list[Final], args: argparse.Namespace) -> Referenc
     return Reference(f"the mean final return of `{args.baseline}`", means, {})
 
 
-def compared_tasks(finals: list[Final], experiments: list[str], reference: dict[str, float]) -> list[str]:
-    """The tasks with a reference figure that every experiment has a final return on."""
+def compared_tasks(finals: list[Final], experiments: list[str], reference: Reference) -> list[str]:
+    """The tasks with a reference figure above their zero that every experiment has a final return on."""
     tasks = []
     for task in sorted({final.env_id for final in finals}):
         ran = {final.exp_name for final in finals if final.env_id == task and math.isfinite(final.final_return)}
         missing = [exp_name for exp_name in experiments if exp_name not in ran]
-        if task not in reference:
+        zero = reference.zeros.get(task, 0.0)
+        if task not in reference.figures:
             note(f"the comparison across tasks leaves out {task}: no reference figure")
+        elif not reference.figures[task] > zero:
+            # Dividing by a figure at or below the zero would rank the worse runs higher (or divide by zero).
+            note(
+                f"the comparison across tasks leaves out {task}: its reference {reference.figures[task]:g} is not "
+                f"above its zero {zero:g}, so its scores would rank runs backwards"
+            )
         elif missing:
             note(f"the comparison across tasks leaves out {task}: no final return of {', '.join(missing)}")
         else:
@@ -1053,7 +1069,7 @@ def compare(finals: list[Final], args: argparse.Namespace) -> tuple[list[str], d
     reference = reference_figures(finals, args)
     experiments = sorted({final.exp_name for final in finals})
     against = against_control(finals, args.against) if args.against else []
-    tasks = compared_tasks(finals, experiments, reference.figures)
+    tasks = compared_tasks(finals, experiments, reference)
     if not tasks:
         return (["## Across tasks", *against] if against else []), {}
     matrices: dict[str, dict[str, np.ndarray]] = {score: {} for score in SCORES}

@@ -137,6 +137,8 @@ def main():
     parser.add_argument("--phases", action="store_true", help="also time the parts of an iteration on their own")
     parser.add_argument("train_args", nargs="*", help="flags for the training script, after --")
     options = parser.parse_args()
+    if options.iterations < 2:  # the steps/s are timed between iterations
+        parser.error(f"--iterations must be at least 2, got {options.iterations}")
     args, _ = ppo.parse_args(["--env-id", options.env_id, *options.train_args])
     args.num_iterations = options.iterations
     args.total_timesteps = options.iterations * args.batch_size
@@ -157,9 +159,14 @@ def main():
     print(f"imports of the training script (jax, envpool, flax, ...): {IMPORT_SECONDS:5.2f} s")
     checkpoint_ms = checkpoint_milliseconds(args, result.state)
     run_seconds = args.total_timesteps / training
+    every = args.checkpoint_every_seconds
+    periodic = (
+        f"every {every:.0f} s that is {100 * checkpoint_ms / 1e3 / every:.3f}% of a run"
+        if every
+        else "periodic checkpoints off"
+    )
     print(
-        f"one checkpoint (median of 20): {checkpoint_ms:.1f} ms; every {args.checkpoint_every_seconds:.0f} s that is "
-        f"{100 * checkpoint_ms / 1e3 / args.checkpoint_every_seconds:.3f}% of a run, one per iteration "
+        f"one checkpoint (median of 20): {checkpoint_ms:.1f} ms; {periodic}, one per iteration "
         f"{100 * checkpoint_ms / 1e3 / (run_seconds / args.num_iterations):.1f}%"
     )
     if options.phases:

@@ -324,6 +324,11 @@ def test_help_explains_every_flag():
         (["--python", "no-such-python-here"], "'no-such-python-here' not found"),
         (["--seeds"], "--seeds needs a value"),
         (["--", "--resume", "runs/x"], "do not pass --resume after --"),
+        (["--", "--evaluate=runs/x"], "do not pass --evaluate after --: a sweep trains"),
+        (["--", "--list-tasks"], "do not pass --list-tasks after --: a sweep trains"),
+        (["--", "-h"], "do not pass -h after --"),
+        (["--first-seed", "2147483647", "--seeds", "2"], "the last seed, --first-seed + --seeds - 1, must be at most"),
+        (["--seeds", "99999999999999999999"], "must be at most 2147483647"),
         (["--task", "0"], "--task only applies with --continue"),
     ],
 )

@@ -37,6 +37,9 @@ def test_the_quick_envpool_import_registers_every_mujoco_task():
         (["--env-id", "CarRacing-v3"], "--env-id CarRacing-v3 has pixel observations; this PPO trains one player's"),
         (["--env-id", "Pong-v5"], "--env-id Pong-v5 has discrete actions and pixel observations;"),
         (["--env-id", "IntersectionMultiAgent-v0"], "IntersectionMultiAgent-v0 has discrete actions and 2 players;"),
+        (["--env-id", "LqrLqr21-v1"], "--env-id LqrLqr21-v1 has unbounded actions; this PPO trains"),
+        (["--exp-name", "sweep/a"], "--exp-name must be a file name, not empty and without '/' or a leading '.'"),
+        (["--exp-name", ""], "--exp-name must be a file name"),
         (["--num-minibatches", "3"], "--num-minibatches 3 does not divide the batch"),
         (["--num-envs", "0"], "--num-envs must be positive, got 0"),
         (["--num-steps", "-1"], "--num-steps must be positive, got -1"),
@@ -76,6 +79,8 @@ def test_bad_input_is_one_line_on_stderr_and_a_nonzero_exit(tmp_path, cli_args, 
         ("--eval-every", "-1", "0 (off) or positive"),
         ("--eval-episodes", "0", "positive"),
         ("--num-threads", "-1", "0 (automatic) or positive"),
+        ("--seed", "-1", "in [0, 2**31 - 1] (EnvPool's seeds are int32)"),
+        ("--seed", "2147483648", "in [0, 2**31 - 1] (EnvPool's seeds are int32)"),
     ],
 )
 def test_out_of_range_hyperparameters_are_refused_with_the_allowed_range(flag, value, requirement):
@@ -92,6 +97,8 @@ def test_out_of_range_hyperparameters_are_refused_with_the_allowed_range(flag, v
         ["--gamma", "1", "--gae-lambda", "0"],
         ["--gae-lambda", "1", "--ent-coef", "0", "--vf-coef", "0", "--eval-every", "0"],
         ["--init-log-std", "-3", "--target-kl", "0.01", "--num-threads", "0"],
+        ["--seed", "0"],
+        ["--seed", "2147483647", "--exp-name", "a.b"],
     ],
 )
 def test_the_edges_of_each_range_are_accepted(cli_args):

@@ -395,6 +395,30 @@ def test_the_suite_scores_a_random_policy_0_and_the_reference_1(tmp_path, capsys
     assert (iqm[0], mean[0]) == (0.65, 0.77)
 
 
+def test_a_reference_at_or_below_zero_is_left_out_not_ranked_backwards(tmp_path, capsys):
+    # Reacher-v4's tianshou figure is -4.1 with no zero given: the ratio return / -4.1 would score `bad`'s -40
+    # (9.8) far above `good`'s -4 (0.98). Hopper-v4 ranks the two by a plain ratio: good 1.0, bad 0.5.
+    finals = [("Reacher-v4", "good", s, -4.0) for s in (1, 2)] + [("Reacher-v4", "bad", s, -40.0) for s in (1, 2)]
+    finals += [("Hopper-v4", "good", s, TIANSHOU["Hopper-v4"]) for s in (1, 2)]
+    finals += [("Hopper-v4", "bad", s, TIANSHOU["Hopper-v4"] / 2) for s in (1, 2)]
+    path = write_finals(tmp_path / "finals.csv", finals)
+
+    aggregates, pairs, err = compare(path, tmp_path / "out", capsys)
+
+    assert "leaves out Reacher-v4: its reference -4.1 is not above its zero 0" in err
+    assert (aggregates[("good", "final return")][2][0], aggregates[("bad", "final return")][2][0]) == (1.0, 0.5)
+    assert pairs[("good", "bad", "final return")][0] == 1.0
+
+    # a --baseline whose mean is 0 on a task: left out the same way, not a division by zero
+    finals = [(ENV, "base", 1, -5.0), (ENV, "base", 2, 5.0), (ENV, "new", 1, 7.0), (ENV, "new", 2, 9.0)]
+    finals += [("Walker2d-v4", "base", s, 100.0) for s in (1, 2)] + [("Walker2d-v4", "new", s, 150.0) for s in (1, 2)]
+    path = write_finals(tmp_path / "baseline.csv", finals)
+    aggregates, _, err = compare(path, tmp_path / "out2", capsys, "--baseline", "base")
+
+    assert f"leaves out {ENV}: its reference 0 is not above its zero 0" in err
+    assert aggregates[("new", "final return")][2][0] == 1.5
+
+
 def test_baseline_normalises_by_that_experiments_mean(tmp_path, capsys):
     # the baseline's Hopper-v4 mean is 200: its own runs score 0.5 and 1.5, every run of `new` 2.0
     finals = [(ENV, "base", 1, 100.0), (ENV, "base", 2, 300.0), (ENV, "new", 1, 400.0), (ENV, "new", 2, 400.0)]
@@ -626,13 +650,22 @@ def test_report_window_flag_and_filter(sweep, tmp_path):
 
 
 def test_report_rejects_bad_input(tmp_path):
+    (tmp_path / "a-file").write_text("")
+    (tmp_path / "latin1.csv").write_bytes(
+        "env_id,exp_name,seed,final_return\nHopper-v4,caf\xe9,1,2.0\n".encode("latin-1")
+    )
+    (tmp_path / "short.csv").write_text("env_id,exp_name,seed,final_return\nHopper-v4,a,1\n")
     for args, message in [
         ([str(tmp_path / "missing")], "runs directory not found"),
         ([str(tmp_path), "--window-steps", "0"], "--window-steps must be positive"),
         ([str(tmp_path)], "no run directories"),
+        ([str(tmp_path), "--out-dir", str(tmp_path / "a-file")], "is a file, not a directory"),
+        ([str(tmp_path), "--markdown", "sub/x.md"], "--markdown takes a file name in --out-dir"),
+        (["--finals", str(tmp_path / "latin1.csv")], "is not a text CSV (not UTF-8)"),
+        (["--finals", str(tmp_path / "short.csv")], "line 2: fewer cells than the header has columns"),
     ]:
         result = subprocess.run(
-            [sys.executable, str(REPORT), *args, "--out-dir", str(tmp_path)],
+            [sys.executable, str(REPORT), "--out-dir", str(tmp_path / "out"), *args],
             check=False,
             capture_output=True,
             text=True,
