@@ -110,6 +110,8 @@ class PPOArgs:
     on, unlike tianshou: see docs/ablations.md)"""
     ent_coef: float = 0.0
     """coefficient of the entropy"""
+    ent_max_log_std: float | None = None
+    """the entropy bonus rewards each dimension's log-std only up to this value (None: without limit)"""
     vf_coef: float = 0.25
     """coefficient of the value function"""
     max_grad_norm: float = 0.5
@@ -632,7 +634,11 @@ def ppo_loss(params, apply_fn, batch: Batch, args: PPOArgs):
 
     # The log-std is state-independent, so the Gaussian's entropy is the same for every observation.
     entropy = (0.5 + 0.5 * jnp.log(2 * jnp.pi) + log_std).sum()
-    loss = policy_loss - args.ent_coef * entropy + args.vf_coef * value_loss
+    # Samples are clipped to the bounds, so past saturation a wider Gaussian costs nothing in the task and a
+    # bonus alone would widen it without end (WalkerRun-v1 at --ent-coef 0.01): a cap stops that reward.
+    bonus_log_std = log_std if args.ent_max_log_std is None else jnp.minimum(log_std, args.ent_max_log_std)
+    bonus = (0.5 + 0.5 * jnp.log(2 * jnp.pi) + bonus_log_std).sum()
+    loss = policy_loss - args.ent_coef * bonus + args.vf_coef * value_loss
 
     metrics = {
         "policy_loss": policy_loss,
@@ -1303,6 +1309,8 @@ def check_args(args: Args) -> str | None:
     for name, (valid, requirement) in ranges.items():
         if not valid(getattr(args, name)):
             return f"--{name.replace('_', '-')} must be {requirement}, got {getattr(args, name)}"
+    if args.ent_max_log_std is not None and not math.isfinite(args.ent_max_log_std):
+        return f"--ent-max-log-std must be finite where given, got {args.ent_max_log_std}"
     if args.target_kl is not None and not args.target_kl > 0:
         return f"--target-kl must be positive where given, got {args.target_kl}"
     # It names the run directory and the model file, which --resume and --evaluate find by a *.model glob.

@@ -69,3 +69,14 @@ def test_advantage_normalisation_uses_valid_samples_only():
     # Valid advantages 1 and -2 normalise to +1 and -1 (mean -0.5, std 1.5); the 100 of the reset is ignored.
     #   r=1.5, A=1: -1.2 ; r=0.5, A=-1: max(0.5, 0.8) = 0.8  -> mean -0.2
     assert metrics["policy_loss"] == pytest.approx(-0.2, abs=1e-5)
+
+
+def test_entropy_bonus_stops_at_its_log_std_cap():
+    # Two action dimensions, log-stds -1 and 1, capped at 0: the bonus counts -1 and 0, the logged entropy -1 and 1.
+    apply_fn = fixed_policy(np.zeros((3, 2)), np.array([-1.0, 1.0]), np.array([2.0, 2.0, 2.0]))
+    two_dims = batch(action=jnp.zeros((3, 2)), log_prob=jnp.zeros(3))
+    capped, metrics = ppo.ppo_loss(None, apply_fn, two_dims, args(ent_max_log_std=0.0))
+    uncapped, _ = ppo.ppo_loss(None, apply_fn, two_dims, args())
+    per_dim = 0.5 + 0.5 * math.log(2 * math.pi)
+    assert metrics["entropy"] == pytest.approx(2 * per_dim, abs=1e-6)
+    assert capped - uncapped == pytest.approx(0.01 * ((2 * per_dim) - (2 * per_dim - 1.0)), abs=1e-6)
