@@ -6,21 +6,25 @@ Read top to bottom, the file is PPO in the order data flows: hyperparameters, th
 around the algorithm: checkpoints, evaluation and video, signals, progress and logging, W&B, the command
 line. `python ppo_continuous_envpool_jax.py --help` lists the flags.
 
-Output contract (benchmark.sh reads it): the first line on stdout is `run_dir=<path>`, the directory the run
-logs to; then, where stdout is not a terminal (on one, a progress bar), one line per iteration,
-`iteration=I/N global_step=S return=R SPS=X` (R is the mean return of the episodes that ended in the
-iteration, `-` where none did), with ` eval=E` where the policy was evaluated.
+Output contract: the first line on stdout is `run_dir=<path>`, the directory the run logs to, the second
+names the family defaults it applied; then, where stdout is not a terminal (on one, a progress bar), one line
+per iteration, `iteration=I/N global_step=S return=R SPS=X` (R is the mean return of the episodes that ended
+in the iteration, `-` where none did), with ` eval=E` where the policy was evaluated; the last line, however
+the run ends, is its summary (`summary: status=ok steps=... final_return=...`), which the run directory also
+keeps as summary.json: what benchmark.sh and report.py read about how a run ended.
 """
 
 import argparse
 import contextlib
 import difflib
+import fcntl
 import glob
 import importlib.machinery
 import importlib.util
 import json
 import math
 import os
+import platform
 import signal
 import sys
 import textwrap
@@ -28,7 +32,7 @@ import time
 import types
 import warnings
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from functools import partial
 from typing import Literal, NamedTuple
 
@@ -137,6 +141,15 @@ class PPOArgs:
     batch_size: tyro.conf.Suppress[int] = 0
     minibatch_size: tyro.conf.Suppress[int] = 0
     num_iterations: tyro.conf.Suppress[int] = 0
+
+
+# Each family's defaults where they differ from those above (the gym tasks'); a flag given on the command line
+# wins. Why each: docs/families.md.
+FAMILY_DEFAULTS = {
+    # Episodes of a fixed 1,000 steps, staggered so that they do not all end together; a wider start and an
+    # entropy bonus that rewards the log-std only up to 0 (its samples are clipped to the bounds).
+    "dmc": dict(stagger_episodes=True, init_log_std=0.0, ent_coef=0.01, ent_max_log_std=0.0),
+}
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -840,23 +853,14 @@ class Args(PPOArgs):
     flags are the defaults, flags given now override them (not --env-id, --hidden-sizes, --norm-obs,
     --reward-norm, --num-envs, --num-steps, --num-minibatches, --update-epochs; --init-log-std has no effect);
     a new --total-timesteps reshapes the lr schedule"""
+    run_dir: str | None = None
+    """train in this run directory, which the run then owns (a sweep's runs: benchmark.sh): start it, resume it
+    from its checkpoint, or, where it has finished, print its summary and exit; one process at a time"""
 
 
-def save_checkpoint(path: str, args: Args, state: RunState):
-    """Everything needed to evaluate the policy or resume training, in flax's msgpack format.
-
-    Without the observation statistics the policy is useless, so they travel with the parameters. The file
-    is written beside its destination, synced and renamed: a kill at any moment (of the process or of the
-    machine) leaves the previous one intact.
-    """
-    checkpoint = {
-        "args": json.dumps(asdict(args)),
-        "global_step": state.global_step,
-        "train_state": state.train_state,
-        "obs_rms": state.env_state.obs_rms,
-        "return_rms": state.env_state.return_rms,
-    }
-    data = flax.serialization.msgpack_serialize(flax.serialization.to_state_dict(jax.device_get(checkpoint)))
+def write_atomically(path: str, data: bytes):
+    """Write beside the destination, sync and rename: a kill at any moment (of the process or of the machine)
+    leaves the previous file intact, and no .tmp behind."""
     try:
         os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
         with open(f"{path}.tmp", "wb") as f:
@@ -864,11 +868,30 @@ def save_checkpoint(path: str, args: Args, state: RunState):
             f.flush()
             os.fsync(f.fileno())  # else a crash soon after the rename can leave an empty file in its place
         os.replace(f"{path}.tmp", path)
-    except (OSError, KeyboardInterrupt) as error:
+    except BaseException:
         with contextlib.suppress(OSError):
             os.remove(f"{path}.tmp")
-        if isinstance(error, KeyboardInterrupt):
-            raise
+        raise
+
+
+def save_checkpoint(path: str, args: Args, state: RunState, record: "RunRecord | None" = None):
+    """Everything needed to evaluate the policy or resume training, in flax's msgpack format.
+
+    Without the observation statistics the policy is useless, so they travel with the parameters; and so
+    does the run's record, so that a resumed run's summary covers all of it.
+    """
+    checkpoint = {
+        "args": json.dumps(asdict(args)),
+        "global_step": state.global_step,
+        "train_state": state.train_state,
+        "obs_rms": state.env_state.obs_rms,
+        "return_rms": state.env_state.return_rms,
+        "record": json.dumps((record or RunRecord()).saved()),
+    }
+    data = flax.serialization.msgpack_serialize(flax.serialization.to_state_dict(jax.device_get(checkpoint)))
+    try:
+        write_atomically(path, data)
+    except OSError as error:
         sys.exit(f"error: cannot write the checkpoint {path}: {error} (the previous one, if any, is kept)")
 
 
@@ -913,6 +936,8 @@ def load_checkpoint(path: str) -> dict:
         saved.setdefault("init_log_std", 0.0)  # saved before --init-log-std, when it was fixed at 0
         saved.setdefault("recompute_adv", False)  # saved before --recompute-adv: advantages computed once
         checkpoint["args"] = Args(**saved)
+        # Saved before the run record: its summary covers the steps from the resume on.
+        checkpoint["record"] = RunRecord(**json.loads(checkpoint.get("record", "{}")))
     except (OSError, ValueError, KeyError, TypeError) as error:
         sys.exit(f"error: cannot read a model from {path}: {error}")
     return checkpoint
@@ -1082,12 +1107,48 @@ def first_nonfinite(losses: dict, params_finite) -> str | None:
     return None
 
 
+# The README's final return: the mean of charts/episodic_return over a run's last 100k steps (over its last
+# tenth where it is shorter), as report.py computes it from the event files.
+FINAL_RETURN_STEPS = 100_000
+
+
+@dataclass
+class RunRecord:
+    """What a run's summary reports: the figures its final return averages, its last evaluation and its wall
+    time. Checkpoints carry it, so that the summary of a resumed run covers every attempt."""
+
+    returns: list = field(default_factory=list)  # [global_step, episodic_return, success rate or None]
+    last_eval: dict | None = None  # {"global_step", "return", "success_rate"}
+    earlier_seconds: float = 0.0  # the wall time of earlier attempts, up to their last checkpoint
+    attempt_start: float = field(default_factory=time.time)
+
+    def add_iteration(self, global_step: int, episodic_return: float, success_rate: float | None):
+        # Only the last FINAL_RETURN_STEPS can count, whatever the run's length.
+        self.returns = [row for row in self.returns if row[0] > global_step - FINAL_RETURN_STEPS]
+        self.returns.append([global_step, episodic_return, success_rate])
+
+    def wall_seconds(self) -> float:
+        return self.earlier_seconds + time.time() - self.attempt_start
+
+    def saved(self) -> dict:
+        return {"returns": self.returns, "last_eval": self.last_eval, "earlier_seconds": self.wall_seconds()}
+
+    def final(self, global_step: int) -> tuple[float | None, float | None]:
+        """The final return and success rate of a run that ends at `global_step` (None where nothing was logged)."""
+        window = FINAL_RETURN_STEPS if global_step >= FINAL_RETURN_STEPS else 0.1 * global_step
+        rows = [row for row in self.returns if global_step - window < row[0] <= global_step]
+        returns = [row[1] for row in rows]
+        successes = [row[2] for row in rows if row[2] is not None]
+        return (float(np.mean(returns)) if returns else None), (float(np.mean(successes)) if successes else None)
+
+
 class IterationLogger:
     """What happens to each iteration that `train` hands over: its scalars and progress line, and on their
     schedules the evaluation (--eval-every) and the checkpoint (--checkpoint-every-seconds)."""
 
-    def __init__(self, args: Args, writer, report=print_progress, checkpoint_path: str | None = None):
+    def __init__(self, args: Args, writer, report=print_progress, checkpoint_path: str | None = None, record=None):
         self.args, self.writer, self.report, self.checkpoint_path = args, writer, report, checkpoint_path
+        self.record = RunRecord() if record is None else record
 
     def start(self, global_step: int):
         self.start_time, self.start_step = time.time(), global_step
@@ -1107,6 +1168,8 @@ class IterationLogger:
             writer.add_scalar("charts/episodic_length", stats["episodic_length"], global_step)
             if "success_rate" in stats:
                 writer.add_scalar("charts/success_rate", stats["success_rate"], global_step)
+            success_rate = float(stats["success_rate"]) if "success_rate" in stats else None
+            self.record.add_iteration(global_step, float(stats["episodic_return"]), success_rate)
         writer.add_scalar("charts/learning_rate", lr, global_step)
         for name, value in losses.items():
             writer.add_scalar(f"losses/{name}", value, global_step)
@@ -1122,21 +1185,26 @@ class IterationLogger:
             eval_start = time.time()
             evaluation = evaluate(args, state.train_state.params, state.env_state.obs_rms)
             self.eval_seconds += time.time() - eval_start
-            log_evaluation(writer, evaluation, global_step)
+            self.log_evaluation(evaluation, global_step)
             line += f" eval={evaluation.returns.mean():.1f}"
         self.report(global_step, line)
         # checkpoint_path is None with --checkpoint-every-seconds 0.
         if self.checkpoint_path and time.monotonic() - self.last_checkpoint_time >= args.checkpoint_every_seconds:
             writer.flush()  # the log up to the checkpoint is on disk before it, so a resumed run has no gap
-            save_checkpoint(self.checkpoint_path, args, state)
+            save_checkpoint(self.checkpoint_path, args, state, self.record)
             self.last_checkpoint_time = time.monotonic()
         return None
 
-
-def log_evaluation(writer, evaluation: Evaluation, global_step: int):
-    writer.add_scalar("eval/episodic_return", evaluation.returns.mean(), global_step)
-    if evaluation.successes is not None:
-        writer.add_scalar("eval/success_rate", evaluation.successes.mean(), global_step)
+    def log_evaluation(self, evaluation: Evaluation, global_step: int):
+        success_rate = None if evaluation.successes is None else float(evaluation.successes.mean())
+        self.writer.add_scalar("eval/episodic_return", evaluation.returns.mean(), global_step)
+        if success_rate is not None:
+            self.writer.add_scalar("eval/success_rate", success_rate, global_step)
+        self.record.last_eval = {
+            "global_step": global_step,
+            "return": float(evaluation.returns.mean()),
+            "success_rate": success_rate,
+        }
 
 
 class TensorBoardWriter:
@@ -1335,19 +1403,54 @@ def check_args(args: Args) -> str | None:
     return refusal(args.env_id)
 
 
+def family_name(env_id: str) -> str | None:
+    """gym, dmc, metaworld, robotics, myosuite or playground; None for an id that is no MuJoCo task here."""
+    if env_id not in envpool.list_all_envs() or not task_family(env_id).startswith("envpool.mujoco."):
+        return None
+    return task_family(env_id).removeprefix("envpool.mujoco.")
+
+
+def task_defaults(env_id: str) -> Args:
+    """The defaults for `env_id`: PPOArgs' with its family's FAMILY_DEFAULTS applied."""
+    return replace(Args(env_id=env_id), **FAMILY_DEFAULTS.get(family_name(env_id), {}))
+
+
+def family_defaults_line(args: Args) -> str:
+    """Which of its family's defaults the run has, as flags (a flag given otherwise overrode that default)."""
+    family = family_name(args.env_id)
+    flags = []
+    for name, value in FAMILY_DEFAULTS.get(family, {}).items():
+        if getattr(args, name) == value:
+            flag = "--" + name.replace("_", "-")
+            flags.append((flag if value else f"--no-{flag[2:]}") if isinstance(value, bool) else f"{flag} {value}")
+    if family not in FAMILY_DEFAULTS:
+        return f"family={family} (no family defaults)"
+    return f"family={family} defaults: {' '.join(flags) or 'none (each overridden)'}"
+
+
+def read_path_flags(cli_args: list[str]) -> argparse.Namespace:
+    """The flags that decide the defaults, read before tyro: a checkpoint to resume or evaluate, the run
+    directory (which may hold one), the task (whose family has its defaults)."""
+    parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+    for flag in ("resume", "evaluate", "run-dir", "env-id"):  # tyro takes --env_id for --env-id too
+        parser.add_argument(*dict.fromkeys([f"--{flag}", f"--{flag.replace('-', '_')}"]))
+    return parser.parse_known_args(cli_args)[0]
+
+
 def parse_args(cli_args: list[str] | None = None) -> tuple[Args, dict | None]:
     """Args and, with --resume or --evaluate, the saved checkpoint, whose arguments become the defaults."""
     cli_args = sys.argv[1:] if cli_args is None else cli_args
-    pre_parser = argparse.ArgumentParser(add_help=False)
-    pre_parser.add_argument("--resume")
-    pre_parser.add_argument("--evaluate")
-    saved, _ = pre_parser.parse_known_args(cli_args)
+    saved = read_path_flags(cli_args)
     if saved.resume and saved.evaluate:
         sys.exit("error: --resume and --evaluate exclude each other")
+    if saved.run_dir and (saved.resume or saved.evaluate):
+        sys.exit(f"error: --run-dir excludes {'--resume' if saved.resume else '--evaluate'}")
+    if saved.run_dir and glob.glob(os.path.join(glob.escape(saved.run_dir), "*.model")):
+        saved.resume = saved.run_dir  # an earlier attempt's checkpoint: the run goes on from it
     path = checkpoint_path(saved.resume or saved.evaluate) if saved.resume or saved.evaluate else None
     checkpoint = load_checkpoint(path) if path else None
     if checkpoint is None:
-        default = Args()
+        default = task_defaults(saved.env_id or Args.env_id)
     elif saved.resume:  # the interrupted run goes on as it was started
         default = replace(checkpoint["args"], resume=None)
     else:  # evaluation needs only the task, the network, its observation normalisation and action mapping
@@ -1415,37 +1518,50 @@ def run_evaluation(args: Args, params, obs_rms: RunningMeanStd, run_name: str) -
     return evaluation
 
 
-def run_training(args: Args, checkpoint: dict | None):
-    """Train with logging; keep the run's state on every way out: the end, Ctrl-C/SIGTERM, non-finite values."""
+def run_training(args: Args, checkpoint: dict | None, command: list[str]):
+    """Train with logging; keep the run's state on every way out (the end, Ctrl-C/SIGTERM, non-finite values,
+    an error) and say how it ended: summary.json in the run directory, and the summary line last on stdout."""
     if args.resume:  # continue in the run directory of the checkpoint
         run_dir = os.path.dirname(args.resume) or "."
+    elif args.run_dir:
+        run_dir = args.run_dir
     else:
         # One directory for an id with a family prefix (MetaWorld/Reach-v3), where report.py looks for runs.
         run_dir = f"runs/{args.env_id.replace('/', '-')}__{args.exp_name}__{args.seed}__{int(time.time())}"
     run_name = os.path.basename(os.path.abspath(run_dir))
     model_path = args.resume or os.path.join(run_dir, f"{args.exp_name}.model")
     print(f"run_dir={run_dir}", flush=True)
+    print(family_defaults_line(args), flush=True)
     # The state is kept when the run stops early if it is kept at all: as a checkpoint or as the model.
     keep_state = args.save_model or args.checkpoint_every_seconds > 0
-    wandb = start_wandb(args, run_name) if args.track else None
     start_step = int(checkpoint["global_step"]) if args.resume else 0
-    writer = TensorBoardWriter(run_dir, purge_step=start_step + 1 if args.resume else None)
-    writer.add_text(
-        "hyperparameters",
-        "|param|value|\n|-|-|\n" + "\n".join(f"|{key}|{value}|" for key, value in asdict(args).items()),
-        start_step,
-    )
+    record = checkpoint["record"] if args.resume else RunRecord()
+    record.attempt_start = time.time()
+    # A resumed run supersedes what it logged after its checkpoint; a run started afresh in a run directory
+    # whose earlier attempt ended before its first checkpoint supersedes all of that attempt's events.
+    earlier_events = glob.glob(os.path.join(glob.escape(run_dir), "events.out.tfevents.*"))
+    purge_step = start_step + 1 if args.resume else (0 if earlier_events else None)
     stop = StopRequest()
-    handlers = {signum: signal.signal(signum, stop) for signum in (signal.SIGINT, signal.SIGTERM)}
+    status, detail, global_step, writer, wandb = "failed", None, start_step, None, None
     try:
+        wandb = start_wandb(args, run_name) if args.track else None
+        writer = TensorBoardWriter(run_dir, purge_step=purge_step)
+        writer.add_text(
+            "hyperparameters",
+            "|param|value|\n|-|-|\n" + "\n".join(f"|{key}|{value}|" for key, value in asdict(args).items()),
+            start_step,
+        )
+        handlers = {signum: signal.signal(signum, stop) for signum in (signal.SIGINT, signal.SIGTERM)}
         with progress_reporter(args.num_iterations * args.batch_size, start_step) as report:
-            logger = IterationLogger(args, writer, report, model_path if args.checkpoint_every_seconds else None)
+            checkpoints = model_path if args.checkpoint_every_seconds else None
+            logger = IterationLogger(args, writer, report, checkpoints, record)
             try:
                 result = train(args, logger, stop, checkpoint)
             finally:  # from here on, Ctrl-C interrupts the save and evaluation as usual (main makes it one line)
                 for signum, handler in handlers.items():
                     signal.signal(signum, handler)
         state = result.state
+        global_step = state.global_step
         # A signal in the last iteration still leaves a finished run.
         finished = result.failure is None and state.global_step >= args.num_iterations * args.batch_size
         if result.failure:  # at the step of the iteration that diverged, so resuming the run purges it
@@ -1453,7 +1569,7 @@ def run_training(args: Args, checkpoint: dict | None):
                 "failure", f"training diverged: non-finite {result.failure}", state.global_step + args.batch_size
             )
         if args.save_model or (keep_state and not finished):
-            save_checkpoint(model_path, args, state)
+            save_checkpoint(model_path, args, state, record)
             print(f"model saved to {model_path}")
         elif finished and os.path.exists(model_path):
             os.remove(model_path)  # the checkpoint of a run that finished without --save-model
@@ -1461,34 +1577,132 @@ def run_training(args: Args, checkpoint: dict | None):
         if finished and (args.capture_video or (args.save_model and not args.eval_every)):
             evaluation = run_evaluation(args, state.train_state.params, state.env_state.obs_rms, run_name)
             if not args.eval_every:
-                log_evaluation(writer, evaluation, state.global_step)
+                logger.log_evaluation(evaluation, state.global_step)
+        if result.failure:
+            status, detail = "diverged", f"non-finite {result.failure}"
+            kept = f"; the last finite state is in {model_path}" if keep_state else ""
+            print(f"error: training diverged: {detail}{kept}", file=sys.stderr)
+        elif not finished:
+            status, detail = "interrupted", signal.Signals(stop.signum).name
+            kept = f"; state saved to {model_path} (continue with --resume {run_dir})" if keep_state else ""
+            print(f"stopped by {detail} at global_step {state.global_step}{kept}", file=sys.stderr)
+        else:
+            status = "ok"
+    except KeyboardInterrupt:
+        status, detail = "interrupted", "SIGINT"
+        raise
+    except BaseException as error:
+        detail = str(error) if isinstance(error, SystemExit) else f"{type(error).__name__}: {error}"
+        raise
     finally:
-        writer.close()
+        if writer is not None:
+            writer.close()
         if wandb is not None:
             wandb.finish()
-    if result.failure:
-        kept = f"; the last finite state is in {model_path}" if keep_state else ""
-        sys.exit(f"error: training diverged: non-finite {result.failure}{kept}")
-    if not finished:
-        kept = f"; state saved to {model_path} (continue with --resume {run_dir})" if keep_state else ""
-        print(
-            f"stopped by {signal.Signals(stop.signum).name} at global_step {state.global_step}{kept}", file=sys.stderr
-        )
+        final_return, final_success = record.final(global_step)
+        summary = {
+            "status": status,
+            "env_id": args.env_id,
+            "exp_name": args.exp_name,
+            "seed": args.seed,
+            "global_step": global_step,
+            "total_timesteps": args.num_iterations * args.batch_size,
+            "final_return": final_return,
+            "final_success": final_success,
+            "last_eval": record.last_eval,
+            "wall_seconds": record.wall_seconds(),
+            "detail": detail,
+            "run_dir": run_dir,
+            "model": model_path if os.path.exists(model_path) else None,
+            "command": command,
+            "versions": {
+                "python": platform.python_version(),
+                **{module.__name__: module.__version__ for module in (jax, envpool, flax, np)},
+            },
+            "family": family_name(args.env_id),
+        }
+        write_atomically(os.path.join(run_dir, "summary.json"), json.dumps(summary, indent=1).encode())
+        print(summary_line(summary), flush=True)
+    if status == "diverged":
+        sys.exit(1)
+    if status == "interrupted":
         sys.exit(128 + stop.signum)
 
 
+def summary_line(summary: dict) -> str:
+    """The last line on stdout of every run: how it ended, what it reached, where it is."""
+
+    def figure(value, digits=1):
+        return "-" if value is None else f"{value:.{digits}f}"
+
+    last_eval = summary["last_eval"]
+    minutes, seconds = divmod(round(summary["wall_seconds"]), 60)
+    parts = [
+        f"summary: status={summary['status']}",
+        f"steps={summary['global_step']}/{summary['total_timesteps']}",
+        f"final_return={figure(summary['final_return'])}",
+    ]
+    if summary["final_success"] is not None:
+        parts.append(f"final_success={figure(summary['final_success'], 2)}")
+    parts += [
+        f"last_eval={figure(last_eval['return'])}@{last_eval['global_step']}" if last_eval else "last_eval=-",
+        f"wall={minutes}m{seconds:02d}s",
+        f"run_dir={summary['run_dir']}",
+        f"model={summary['model'] or '-'}",
+    ]
+    if summary["detail"]:
+        parts.append(f"({summary['detail']})")
+    return " ".join(parts)
+
+
+@contextlib.contextmanager
+def owned_run_dir(run_dir: str | None):
+    """--run-dir: hold the directory's lock while this process runs, so that two processes never train one
+    run; a second waits for the first. The lock is the operating system's (flock), so it goes with its process,
+    however that ends (SIGKILL too)."""
+    if run_dir is None:
+        yield
+        return
+    os.makedirs(run_dir, exist_ok=True)
+    with open(os.path.join(run_dir, ".lock"), "w") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            print(f"waiting for the process that trains {run_dir} to end", file=sys.stderr, flush=True)
+            fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
+def finished_summary(run_dir: str) -> dict | None:
+    """The summary of the run in `run_dir` if it has ended as a result (ok or diverged), else None."""
+    try:
+        with open(os.path.join(run_dir, "summary.json")) as f:
+            summary = json.load(f)
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as error:
+        sys.exit(f"error: cannot read {run_dir}/summary.json: {error} (remove it to train the run again)")
+    return summary if summary.get("status") in ("ok", "diverged") else None
+
+
 def main(cli_args: list[str] | None = None):
+    cli_args = sys.argv[1:] if cli_args is None else cli_args
     gl_context = None
     try:
-        args, checkpoint = parse_args(cli_args)
-        # Fail before training, not after it, when video cannot be rendered.
-        gl_context = open_gl_context(*VIDEO_SIZE) if args.capture_video else None
-        if args.evaluate:
-            run_name = os.path.basename(os.path.dirname(os.path.abspath(args.evaluate)))
-            params, obs_rms = checkpoint["train_state"]["params"], checkpoint["obs_rms"]
-            run_evaluation(args, params, obs_rms, run_name)
-        else:
-            run_training(args, checkpoint)
+        run_dir = read_path_flags(cli_args).run_dir
+        with owned_run_dir(run_dir):
+            if run_dir and (summary := finished_summary(run_dir)):  # the run has ended: nothing to do
+                print(summary_line(summary))
+                sys.exit(0 if summary["status"] == "ok" else 1)
+            args, checkpoint = parse_args(cli_args)
+            # Fail before training, not after it, when video cannot be rendered.
+            gl_context = open_gl_context(*VIDEO_SIZE) if args.capture_video else None
+            if args.evaluate:
+                run_name = os.path.basename(os.path.dirname(os.path.abspath(args.evaluate)))
+                params, obs_rms = checkpoint["train_state"]["params"], checkpoint["obs_rms"]
+                run_evaluation(args, params, obs_rms, run_name)
+            else:
+                run_training(args, checkpoint, [os.path.basename(__file__), *cli_args])
     except KeyboardInterrupt:  # Ctrl-C outside `train` (loading, the final save or evaluation) is Python's
         print("\nSIGINT: interrupted (a model file being written keeps its previous version)", file=sys.stderr)
         sys.exit(128 + signal.SIGINT)

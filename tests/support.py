@@ -3,10 +3,12 @@ with the scalars kept in memory, and the NumPy and gymnasium references for obse
 
 import os
 import re
+import select
 import signal
 import struct
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import gymnasium
@@ -45,6 +47,22 @@ def run_script(*cli_args, cwd, env=None):
     return subprocess.run(
         script_command(*cli_args), cwd=cwd, env=env, capture_output=True, text=True, timeout=300, check=False
     )
+
+
+def wait_for_line(process, prefix: str, timeout=120.0) -> str:
+    """Read the process's stdout until a line starts with `prefix`; fail after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while (left := deadline - time.monotonic()) > 0:
+        ready, _, _ = select.select([process.stdout], [], [], left)
+        if not ready:
+            break
+        line = process.stdout.readline()
+        if not line:
+            raise AssertionError(f"the process ended before printing {prefix!r}: {process.stderr.read()}")
+        if line.startswith(prefix):
+            return line
+    process.kill()
+    raise AssertionError(f"no line {prefix!r} within {timeout} s")
 
 
 def only_run_dir(cwd: Path) -> Path:
@@ -164,6 +182,19 @@ def parsed_scalars(events, tag: str) -> list[tuple[int, float, float]]:
     return [(e.step, v.simple_value, e.wall_time) for e in events for v in e.summary.value if v.tag == tag]
 
 
+def as_tensorboard_shows(events):
+    """The events left after TensorBoard's restart markers: a SessionLog START at step s drops every earlier
+    event at or after s (written by a resumed run, or a run started again in its run directory)."""
+    from tensorboard.compat.proto import event_pb2
+
+    kept = []
+    for event in events:
+        if event.HasField("session_log") and event.session_log.status == event_pb2.SessionLog.START:
+            kept = [earlier for earlier in kept if earlier.step < event.step]
+        kept.append(event)
+    return kept
+
+
 def hyperparameters(events) -> dict[str, str]:
     for event in events:
         for value in event.summary.value:
@@ -174,7 +205,7 @@ def hyperparameters(events) -> dict[str, str]:
 
 
 def reference_run(run_dir: Path, window_steps=100_000, short_fraction=0.1) -> dict:
-    events = read_events(run_dir)
+    events = as_tensorboard_shows(read_events(run_dir))
     all_scalars = [
         (e.step, e.wall_time) for e in events if e.summary.value and e.summary.value[0].HasField("simple_value")
     ]

@@ -7,7 +7,6 @@ files, real signals. Every wait on a process is bounded.
 import csv
 import json
 import re
-import select
 import shutil
 import signal
 import subprocess
@@ -30,6 +29,7 @@ from tests.support import (
     run_script,
     scalars,
     script_command,
+    wait_for_line,
 )
 
 EVERY_ITERATION = ["--checkpoint-every-seconds", "1e-9"]
@@ -39,22 +39,6 @@ def start(cwd, *cli_args):
     return subprocess.Popen(
         script_command(*cli_args), cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
-
-
-def wait_for_line(process, prefix: str, timeout=120.0) -> str:
-    """Read the process's stdout until a line starts with `prefix`; fail after `timeout` seconds."""
-    deadline = time.monotonic() + timeout
-    while (left := deadline - time.monotonic()) > 0:
-        ready, _, _ = select.select([process.stdout], [], [], left)
-        if not ready:
-            break
-        line = process.stdout.readline()
-        if not line:
-            raise AssertionError(f"the process ended before printing {prefix!r}: {process.stderr.read()}")
-        if line.startswith(prefix):
-            return line
-    process.kill()
-    raise AssertionError(f"no line {prefix!r} within {timeout} s")
 
 
 def signal_after_first_iteration(cwd, signum, *cli_args):
@@ -414,5 +398,10 @@ def test_ctrl_c_in_the_final_evaluation_is_one_line_and_keeps_the_saved_model(tm
     assert capsys.readouterr().err.strip().splitlines()[-1] == (
         "SIGINT: interrupted (a model file being written keeps its previous version)"
     )
-    # The model was saved before the evaluation, and holds the whole run.
+    # The model was saved before the evaluation, and holds the whole run; the run says it was interrupted.
     assert ppo.load_checkpoint(str(only_run_dir(tmp_path) / MODEL_NAME))["global_step"] == 1024
+    with open(only_run_dir(tmp_path) / "summary.json") as f:
+        assert {key: value for key, value in json.load(f).items() if key in ("status", "detail")} == {
+            "status": "interrupted",
+            "detail": "SIGINT",
+        }

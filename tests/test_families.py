@@ -1,8 +1,12 @@
 """EnvPool's MuJoCo families beyond gym: observations flattened as gymnasium flattens them, the critic-only keys,
-the float32-action tasks, success, DMC's time limit, --list-tasks and MyoSuite on an old envpool."""
+the float32-action tasks, success, DMC's time limit, --list-tasks, MyoSuite on an old envpool, and each family's
+defaults."""
 
+import os
+import re
 import subprocess
 import sys
+from dataclasses import asdict
 
 import envpool
 import jax
@@ -11,7 +15,16 @@ import numpy as np
 import pytest
 
 import ppo_continuous_envpool_jax as ppo
-from tests.support import SCRIPT, gymnasium_flattened
+from tests.support import (
+    MODEL_NAME,
+    SCRIPT,
+    SMALL,
+    gymnasium_flattened,
+    hyperparameters,
+    only_run_dir,
+    read_events,
+    run_script,
+)
 
 
 @pytest.mark.parametrize(
@@ -155,3 +168,63 @@ def test_myosuite_is_refused_on_an_envpool_that_resets_it_to_one_state():
     with pytest.raises(SystemExit) as exit_info:
         ppo.parse_args(["--env-id", env_id])
     assert exit_info.value.code.startswith(f"error: --env-id {env_id}: envpool {envpool.__version__} resets MyoSuite")
+
+
+# The DeepMind Control recipe of docs/families.md, written out here rather than read from the table.
+DMC_RECIPE = {"stagger_episodes": True, "init_log_std": 0.0, "ent_coef": 0.01, "ent_max_log_std": 0.0}
+
+
+@pytest.mark.parametrize(
+    "env_id, family",
+    [("HalfCheetah-v4", "gym"), ("CheetahRun-v1", "dmc"), ("MetaWorld/Reach-v3", "metaworld")],
+)
+def test_a_task_gets_its_familys_defaults_and_the_gym_defaults_elsewhere(env_id, family):
+    args, _ = ppo.parse_args(["--env-id", env_id])
+    expected = asdict(ppo.Args(env_id=env_id))
+    if family == "dmc":
+        expected.update(DMC_RECIPE)
+    computed = ("batch_size", "minibatch_size", "num_iterations")
+    assert {k: v for k, v in asdict(args).items() if k not in computed} == {
+        k: v for k, v in expected.items() if k not in computed
+    }
+    assert ppo.family_name(env_id) == family
+
+
+def test_a_flag_on_the_command_line_wins_over_its_familys_default():
+    args, _ = ppo.parse_args(["--env_id", "WalkerWalk-v1", "--no-stagger-episodes", "--ent-coef", "0.0"])
+    assert (args.stagger_episodes, args.ent_coef) == (False, 0.0)
+    assert (args.init_log_std, args.ent_max_log_std) == (0.0, 0.0)  # the others still the family's
+    assert ppo.family_defaults_line(args) == "family=dmc defaults: --init-log-std 0.0 --ent-max-log-std 0.0"
+
+
+@pytest.mark.parametrize("env_id, ent_coef", [("CheetahRun-v1", "0.01"), ("HalfCheetah-v4", "0.0")])
+def test_help_shows_the_defaults_of_the_tasks_family(env_id, ent_coef):
+    result = subprocess.run(
+        [sys.executable, str(SCRIPT), "--env-id", env_id, "--help"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        env={**os.environ, "COLUMNS": "200"},
+    )
+    assert result.returncode == 0, result.stderr
+    assert re.search(
+        rf"--ent-coef FLOAT\s+coefficient of the entropy \(default: {re.escape(ent_coef)}\)", result.stdout
+    )
+
+
+def test_a_run_records_its_effective_values_and_a_resumed_run_keeps_them(tmp_path):
+    cli_args = ["--env-id", "CartpoleSwingup-v1", *SMALL, "--total-timesteps", "1024", "--ent-coef", "0.02"]
+    result = run_script(*cli_args, "--save-model", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    run_dir = only_run_dir(tmp_path)
+    assert result.stdout.splitlines()[1] == (
+        "family=dmc defaults: --stagger-episodes --init-log-std 0.0 --ent-max-log-std 0.0"
+    )
+    expected = {**DMC_RECIPE, "ent_coef": 0.02}
+    logged = hyperparameters(read_events(run_dir))
+    assert {name: logged[name] for name in expected} == {name: str(value) for name, value in expected.items()}
+    saved = ppo.load_checkpoint(str(run_dir / MODEL_NAME))["args"]
+    assert {name: getattr(saved, name) for name in expected} == expected
+    resumed, _ = ppo.parse_args(["--resume", str(run_dir), "--total-timesteps", "2048"])
+    assert {name: getattr(resumed, name) for name in expected} == expected
