@@ -44,13 +44,15 @@ if "--xla_cpu_prefer_vector_width" not in os.environ.get("XLA_FLAGS", ""):
     os.environ["XLA_FLAGS"] = os.environ.get("XLA_FLAGS", "") + " --xla_cpu_prefer_vector_width=512"
 
 # `import envpool` registers every family EnvPool ships through `envpool.entry`, 1.5-3 s of start-up. An
-# empty stand-in for that module skips it; the six MuJoCo families, all this script trains, are registered
+# empty stand-in for that module skips it; the eight MuJoCo families, all this script trains, are registered
 # by hand, and the others only to say why an id of theirs cannot be trained (`register_every_family`).
 sys.modules.setdefault("envpool.entry", types.ModuleType("envpool.entry"))
 import envpool
 import envpool.mujoco.dmc.registration
 import envpool.mujoco.gym.registration
+import envpool.mujoco.locomotion.registration
 import envpool.mujoco.metaworld.registration
+import envpool.mujoco.mjlab.registration
 import envpool.mujoco.myosuite.registration
 import envpool.mujoco.playground.registration
 import envpool.mujoco.robotics.registration
@@ -1287,10 +1289,6 @@ def register_every_family():
         spec.loader.exec_module(importlib.util.module_from_spec(spec))
 
 
-def envpool_version() -> tuple[int, ...]:
-    return tuple(int(part) for part in envpool.__version__.split(".")[:3])
-
-
 def unsupported_features(spec) -> list[str]:
     """What in a task's spec this PPO cannot handle."""
     with warnings.catch_warnings():  # gymnasium's, about the float64 bounds of some families' float32 Boxes
@@ -1302,11 +1300,15 @@ def unsupported_features(spec) -> list[str]:
     # DeepMind Control's LQR tasks declare their unbounded actions as +-1e10: mapped onto that range (see
     # `to_env_action`), the policy's first actions would be about 1e9.
     unbounded = continuous and not np.all(np.abs([action_space.low, action_space.high]) < 1e6)
+    # dm_control's locomotion tasks end only by falling (max_episode_steps 2**31 - 1): an evaluation's buffers
+    # and --stagger-episodes are sized by the time limit.
+    endless = getattr(spec.config, "max_episode_steps", 0) >= 2**31 - 1
     features = [
         "discrete actions" if not continuous else None,
         "unbounded actions" if unbounded else None,
         "pixel observations" if any(getattr(leaf, "dtype", None) == np.uint8 for leaf in leaves) else None,
         f"{players} players" if players > 1 else None,
+        "no time limit" if endless else None,
     ]
     return [feature for feature in features if feature]
 
@@ -1317,18 +1319,15 @@ def refusal(env_id: str) -> str | None:
         features = unsupported_features(envpool.make_spec(env_id))
     except (ImportError, RuntimeError):  # the specs of some other families need what is not installed (procgen: Qt)
         features = []
+    except ValueError as error:  # mjlab's motion-tracking tasks need a motion file
+        return f"--env-id {env_id} cannot be made with EnvPool's default options: {str(error).splitlines()[0]}"
     if features:
         return (
-            f"--env-id {env_id} has {' and '.join(features)}; this PPO trains one player's continuous actions "
-            "from vector observations (--list-tasks lists the tasks it accepts)"
+            f"--env-id {env_id} has {' and '.join(features)}; this PPO trains one player's bounded continuous "
+            "actions from vector observations, in episodes with a time limit (--list-tasks lists the tasks it accepts)"
         )
     if not task_family(env_id).startswith("envpool.mujoco."):
         return f"--env-id {env_id} is not an EnvPool MuJoCo task (--list-tasks lists them)"
-    if task_family(env_id) == "envpool.mujoco.myosuite" and envpool_version() < (1, 2, 7):
-        return (
-            f"--env-id {env_id}: envpool {envpool.__version__} resets MyoSuite's tasks to one fixed state every "
-            "episode (fixed in envpool 1.2.7, on Python >= 3.12: uv sync --frozen -p 3.12)"
-        )
     return None
 
 
@@ -1404,7 +1403,8 @@ def check_args(args: Args) -> str | None:
 
 
 def family_name(env_id: str) -> str | None:
-    """gym, dmc, metaworld, robotics, myosuite or playground; None for an id that is no MuJoCo task here."""
+    """gym, dmc, metaworld, robotics, myosuite, playground, locomotion or mjlab; None for an id that is no MuJoCo
+    task here."""
     if env_id not in envpool.list_all_envs() or not task_family(env_id).startswith("envpool.mujoco."):
         return None
     return task_family(env_id).removeprefix("envpool.mujoco.")

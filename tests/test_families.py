@@ -146,28 +146,42 @@ def test_list_tasks_prints_every_accepted_mujoco_id_by_family():
     for env_id, spec in envpool.registration.registry.specs.items():
         if spec[0].startswith("envpool.mujoco."):
             registered.setdefault(spec[0].removeprefix("envpool.mujoco."), set()).add(env_id)
-    if ppo.envpool_version() < (1, 2, 7):
-        assert listed.pop("myosuite") == set()
-        assert f"myosuite (0 of {len(registered.pop('myosuite'))} ids)" in result.stdout
     # DeepMind Control's LQR tasks, the only ones with unbounded (+-1e10) actions, are refused.
     lqr = {env_id for env_id in registered["dmc"] if env_id.startswith("Lqr")}
     assert len(lqr) == 2 and f"dmc ({len(registered['dmc']) - 2} of {len(registered['dmc'])} ids)" in result.stdout
     assert "  2 refused, e.g. --env-id Lqr" in result.stdout and "has unbounded actions" in result.stdout
     registered["dmc"] -= lqr
+    # Every task of envpool's dm_control locomotion and of mjlab is refused, each for what it has.
+    for family in ("locomotion", "mjlab"):
+        assert listed.pop(family) == set() and f"{family} (0 of {len(registered.pop(family))} ids)" in result.stdout
+    for env_id, reason in (
+        ("DmcCmuHumanoidRunWalls-v1", "has pixel observations"),
+        ("DmcSoccerAnt-v1", "has 4 players"),
+        ("DmcCmuHumanoidGoToTarget-v1", "has no time limit"),  # it ends only by falling
+        ("Mjlab-Velocity-Flat-Unitree-Go1-v0", "has unbounded actions"),
+        ("Mjlab-Tracking-Flat-Unitree-G1-v0", "cannot be made with EnvPool's default options: MJLab tracking"),
+    ):
+        assert reason in ppo.refusal(env_id)
     assert listed == registered
     assert {"CheetahRun-v1", "MetaWorld/Reach-v3", "FetchReachDense-v4", "HalfCheetah-v4"} <= set.union(
         *listed.values()
     )
 
 
-def test_myosuite_is_refused_on_an_envpool_that_resets_it_to_one_state():
-    env_id = "MyoSuite/myoElbowPose1D6MRandom-v0"
-    if ppo.envpool_version() >= (1, 2, 7):
-        ppo.parse_args(["--env-id", env_id])
-        return
-    with pytest.raises(SystemExit) as exit_info:
-        ppo.parse_args(["--env-id", env_id])
-    assert exit_info.value.code.startswith(f"error: --env-id {env_id}: envpool {envpool.__version__} resets MyoSuite")
+def test_myosuite_random_tasks_start_each_episode_from_another_state():
+    """Why the project needs envpool >= 1.2.7 (Python >= 3.12): 1.2.5 reset them to one state every episode."""
+    envs = envpool.make("MyoSuite/myoElbowPose1D6MRandom-v0", env_type="gymnasium", num_envs=1, seed=1)
+    first_observations = [envs.reset()[0][0]]
+    actions = np.random.default_rng(0).uniform(-1, 1, (10_000, 1, *envs.action_space.shape))
+    for action in actions.astype(envs.action_space.dtype):
+        _, _, terminated, truncated, _ = envs.step(action)
+        if terminated[0] or truncated[0]:
+            first_observations.append(envs.step(action)[0][0])  # the late reset's observation
+            if len(first_observations) == 3:
+                break
+    assert len(first_observations) == 3
+    assert not np.array_equal(first_observations[1], first_observations[2])
+    assert not np.array_equal(first_observations[0], first_observations[1])
 
 
 # The DeepMind Control recipe of docs/families.md, written out here rather than read from the table.
