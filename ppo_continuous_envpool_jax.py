@@ -44,8 +44,8 @@ if "--xla_cpu_prefer_vector_width" not in os.environ.get("XLA_FLAGS", ""):
     os.environ["XLA_FLAGS"] = os.environ.get("XLA_FLAGS", "") + " --xla_cpu_prefer_vector_width=512"
 
 # `import envpool` registers every family EnvPool ships through `envpool.entry`, 1.5-3 s of start-up. An
-# empty stand-in for that module skips it; the eight MuJoCo families, all this script trains, are registered
-# by hand, and the others only to say why an id of theirs cannot be trained (`register_every_family`).
+# empty stand-in for that module skips it; EnvPool's eight MuJoCo families (six trainable, two refused) are
+# registered by hand, and the others only to say why an id of theirs cannot be trained (`register_every_family`).
 sys.modules.setdefault("envpool.entry", types.ModuleType("envpool.entry"))
 import envpool
 import envpool.mujoco.dmc.registration
