@@ -451,7 +451,10 @@ class EpisodeEnd(NamedTuple):
 
 def rollout_step(params, env_state: EnvState, key, *, env: EnvFunctions, apply_fn, args: PPOArgs):
     mean, log_std, value = apply_fn(params, env_state.obs)
-    action = mean + jnp.exp(log_std) * jax.random.normal(key, mean.shape)
+    # One array for the sample: XLA may otherwise compute it again inside each fusion that uses it, and on the
+    # CPU backend of jax 0.12 those copies can differ in the last bit (one contracted to a fused multiply-add),
+    # so that EnvPool would be sent another action than the one whose log-probability is stored.
+    action = jax.lax.optimization_barrier(mean + jnp.exp(log_std) * jax.random.normal(key, mean.shape))
     log_prob = gaussian_log_prob(mean, log_std, action)
     handle, next_obs, reward, terminated, truncated, success = env_step(
         env, env_state.handle, to_env_action(action, env.action_low, env.action_high, args.clip_action)
