@@ -242,3 +242,17 @@ def test_a_run_records_its_effective_values_and_a_resumed_run_keeps_them(tmp_pat
     assert {name: getattr(saved, name) for name in expected} == expected
     resumed, _ = ppo.parse_args(["--resume", str(run_dir), "--total-timesteps", "2048"])
     assert {name: getattr(resumed, name) for name in expected} == expected
+
+
+def test_metaworld_tasks_observe_their_goal():
+    """EnvPool hides MetaWorld's goal by default (zeros) though each episode draws a new one; the script's
+    environments show it, as the NumPy API does when asked for the fully observable task."""
+    env_id = "MetaWorld/Reach-v3"
+    hidden = envpool.make(env_id, env_type="gymnasium", num_envs=4, seed=5).reset()[0]
+    assert not hidden[:, 36:39].any()
+    envs, _handle, _step = ppo.make_envs(env_id, 4, 0, seed=5)
+    shown = np.asarray(ppo.reset_observation(envs), np.float32)
+    visible = envpool.make(env_id, env_type="gymnasium", num_envs=4, seed=5, partially_observable=False)
+    np.testing.assert_array_equal(shown, visible.reset()[0].astype(np.float32))
+    goals = shown[:, 36:39]
+    assert np.all(np.abs(goals).sum(1) > 0) and len(np.unique(goals, axis=0)) == 4  # a goal per environment
