@@ -136,7 +136,7 @@ if ((slurm)); then
 else
     workers=${workers:-1}
     mapfile -t cpus < <(usable_cpus)
-    ((pin || ${#cpus[@]} >= workers)) || cores_per_run=${cores_per_run:-1}
+    ((pin || ${#cpus[@]} >= workers)) || cores_per_run=${cores_per_run:-1}  # --no-pin oversubscribes
     cores_per_run=${cores_per_run:-$((${#cpus[@]} / workers))}
     ((cores_per_run)) || die "--workers $workers is more than the ${#cpus[@]} usable cores (pass --no-pin to oversubscribe)"
     ((!pin || workers * cores_per_run <= ${#cpus[@]})) ||
@@ -221,7 +221,7 @@ print(f"{len(runs) - len(not_ok)}/{len(runs)} runs ok.")
 if not_ok:
     print("Runs that are not ok:", *not_ok, sep="\n  ")
 if any(s["status"] not in ("ok", "diverged", "running") for s in states):
-    print("The same command again finishes the sweep.")
+    print("The same command again resumes or starts the runs that have not ended.")
 sys.exit(1 if not_ok else 0)
 EOF
 summary() {
@@ -260,8 +260,8 @@ esac"
         if ((${#todo[@]})); then printf "# sbatch%s <<'EOF'\n%s\nEOF\n" "${sbatch_args:+ $sbatch_args}" "$batch_script"; fi
         exit 0
     fi
+    echo "$PROG: $plan"
     if ((${#todo[@]})); then
-        echo "$PROG: $plan"
         mkdir -p runs/logs
         if ((!wait_slurm)); then
             sbatch "${sbatch_extra[@]}" <<<"$batch_script" || { echo "$PROG: error: sbatch failed" >&2; exit 1; }

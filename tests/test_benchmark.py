@@ -386,7 +386,7 @@ def test_ok_and_failed_runs_pinning_and_threads(tmp_path, stub):
         assert expand_cpu_list(re.search(r"Cpus_allowed_list:\s+(\S+)", log)[1]) in slots  # one slot's cores only
     # --summary reads the same runs again, and runs nothing
     again = benchmark(*command[:-2], "--summary", "--", "--exp-name=a b")
-    assert again.returncode == 1 and summary_rows(again.stdout) == rows and "start" not in again.stdout
+    assert again.returncode == 1 and summary_rows(again.stdout) == rows and started(again.stdout) == []
 
 
 def test_one_worker_runs_seed_major_on_every_core(tmp_path, stub):
@@ -424,7 +424,7 @@ def test_ctrl_c_stops_every_run_with_its_checkpoint_and_the_same_command_finishe
         ("Block-v0", 1): "interrupted", ("Good-v0", 1): "ok", ("Block-v0", 2): "interrupted", ("Good-v0", 2): "not-run",
     }  # fmt: skip
     assert not_ok_lines(stdout)[("Block-v0", 1)].startswith("Block-v0 seed 1: interrupted -- SIGINT [")
-    assert "The same command again finishes the sweep." in stdout
+    assert "The same command again resumes or starts the runs that have not ended." in stdout
     for pid in pids:  # the runs' processes are gone
         assert not Path(f"/proc/{pid}").exists() or Path(f"/proc/{pid}/stat").read_text().split()[2] in "ZX"
 
