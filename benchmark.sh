@@ -1,94 +1,57 @@
 #!/usr/bin/env bash
-# Run ppo_continuous_envpool_jax.py over env ids x seeds, locally (N runs at a time, each pinned to its
-# own cores) or as a Slurm job array. `./benchmark.sh --help` explains every flag.
+# Run ppo_continuous_envpool_jax.py over env ids x seeds: N runs at a time, each pinned to its own cores, or as a
+# Slurm job array. The command fixes each run's directory; the training script starts, resumes or skips the run
+# there (--run-dir) and records how it ended in its summary.json, which is all this script reads of it.
 set -euo pipefail
-# The whole script is one { ... } group, which bash reads to its end before running any of it: a running
-# sweep is not disturbed when this file is edited or checked out under it (bash reads a script as it goes).
+# One { ... } group, which bash reads whole before running any of it: a running sweep is not disturbed when this
+# file is edited or checked out under it (bash reads a script as it goes).
 {
 
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-readonly REPO
-readonly SCRIPT="$REPO/ppo_continuous_envpool_jax.py"
-readonly PROG="benchmark.sh"
+readonly REPO SCRIPT="$REPO/ppo_continuous_envpool_jax.py" PROG="benchmark.sh"
 
 usage() {
     cat <<EOF
 Usage: ./$PROG [options] [-- training-script flags...]
 
-Runs ppo_continuous_envpool_jax.py once per (env id, seed). Each run logs TensorBoard events to
-runs/{env_id}__{exp_name}__{seed}__{time}/ as usual; its stdout/stderr goes to
-runs/logs/<sweep>/<env_id>__<seed>.log. At the end a summary (env, seed, status, what this call did
-with the run, duration, last return) is printed; the exit status is non-zero if any run failed, diverged
-or was interrupted (1; 130 after Ctrl-C, which stops the running runs, each keeping a checkpoint; 2 for
-a bad option).
+Trains ppo_continuous_envpool_jax.py once per env id and seed, seed-major, each run in the directory
+runs/{env_id}__{exp_name}__{seed}/ under --workdir (exp_name: the --exp-name after --, else
+ppo_continuous_envpool_jax), its output appended to output.log there. The same command again finishes the
+sweep, locally or on Slurm: runs that ended (ok, or diverged: a result) are skipped, runs with a checkpoint
+resumed, the rest started; so give each configuration its own --exp-name. At the end a summary from each
+run's summary.json. Exit status: 0 when every run is ok, 1 otherwise, 130 after Ctrl-C (every running run
+keeps a checkpoint), 2 for a bad option.
 
-A sweep that stopped (Ctrl-C, a killed process, a lost machine, a Slurm job past its time) is picked
-up with --continue: runs that succeeded are skipped, and so are runs whose training diverged (a
-result, not retried; their last finite state stays in their run directory); runs with a checkpoint are
-resumed in their own run directory, the rest (failed ones included) are started; the summary's action
-column says which (skipped, resumed, started). A run started again whose earlier attempt left a run
-directory without a checkpoint (killed within its first minute, or failed) has that directory moved to
-runs/logs/<sweep>/abandoned/, kept but out of the report's way. Running the same command again starts a
-new sweep instead.
-
-Sweep:
-  --env-ids "A B ..."   env ids, separated by spaces or commas
-                        (default: "HalfCheetah-v4 Hopper-v4 Walker2d-v4")
-  --seeds N             number of seeds per env id (default: 3)
-  --first-seed S        seeds are S, S+1, ..., S+N-1 (default: 1)
-  -- FLAGS...           everything after -- is passed to every run, e.g. -- --total-timesteps 4096
-                        (--env-id, --seed, --num-threads and --resume are set by this script)
-
-Resources (local runs):
-  --workers N           runs at the same time (default: 1)
-  --cores-per-run C     cores given to each run: it is pinned with taskset to its own C cores and
-                        gets --num-threads C (default: usable cores / workers; here $(count_cores) usable)
-  --no-pin              do not pin runs with taskset (they still get --num-threads C)
-
-Slurm:
-  --slurm               submit the sweep as a Slurm job array (one task per env id x seed, each with
-                        --cpus-per-task C, C = --cores-per-run, default 1) instead of running locally;
-                        a task that Slurm requeues (preemption, node failure: the script asks for
-                        --requeue) resumes its run from its checkpoint, as --continue does
-  --wait                with --slurm: wait for the job to finish (polling squeue), then print the
-                        summary; Ctrl-C stops the waiting only, the job keeps running
-  --workers N           with --slurm: at most N array tasks run at once (sbatch --array=...%N)
-  --job-name NAME       Slurm job name (default: ppo-sweep)
-  --sbatch-args "ARGS"  extra sbatch options, e.g. "--partition=cpu --time=02:00:00 --mem=8G"
-
-Continue:
-  --continue DIR        pick up the sweep whose log directory is DIR (runs/logs/<sweep>): its env ids,
-                        seeds, flags after --, --python, --workers, ... are read from DIR/sweep.args;
-                        only --workers, --cores-per-run, --no-pin, --python, --wait, --job-name,
-                        --sbatch-args and --dry-run may be given again (they override the saved ones).
-                        A run whose process from an earlier call is still alive is waited for, never
-                        run twice at once. A --slurm sweep is submitted again.
-  --task I              with --continue: skip, resume or start only run I (the index in DIR/runs.tsv),
-                        here and now (each local worker and each Slurm array task runs this)
-
-Other:
-  --python "CMD"        how to start Python (split on spaces). Default: "uv run --frozen --project
-                        <repo> python" when uv is installed, else <repo>/.venv/bin/python, else python3
-                        (with --slurm it must also work on the compute nodes)
-  --workdir DIR         run from DIR, so runs land in DIR/runs/ (default: the current directory)
-  --dry-run             print what would be run (or the sbatch script) and exit
-  --summary DIR         print the summary of an earlier sweep from its log directory
-                        runs/logs/<sweep> and exit (0 if all its runs succeeded)
+  --env-ids "A B ..."   env ids, separated by spaces or commas (default: "HalfCheetah-v4 Hopper-v4 Walker2d-v4")
+  --seeds N             seeds per env id (default: 3)
+  --first-seed S        seeds S, S+1, ..., S+N-1 (default: 1)
+  -- FLAGS...           passed to every run (this script sets --run-dir, --env-id, --seed and --num-threads)
+  --workers N           runs at a time (default: 1); with --slurm, array tasks at a time (default: all)
+  --cores-per-run C     each run gets --num-threads C and, locally, C cores of its own, pinned with taskset
+                        (default: usable cores / workers, here $(usable_cpus | wc -l) usable; with --slurm 1)
+  --no-pin              do not pin the local runs to their cores
+  --slurm               submit a Slurm job array instead: a task per run that has not ended, each with
+                        --cpus-per-task C and --requeue (requeued, it resumes its run); a task runs the command
+                        a local run would
+  --wait                with --slurm: wait for the job (sbatch --wait), then print the summary
+  --job-name NAME       with --slurm: the job's name (default: the exp name)
+  --sbatch-args "ARGS"  with --slurm: more sbatch options, e.g. "--partition=cpu --time=02:00:00"
+  --python "CMD"        the Python to train with (default: the project's environment, set up by uv if it is
+                        installed, else <repo>/.venv/bin/python); with --slurm, as the nodes see it
+  --workdir DIR         the runs go to DIR/runs/ (default: the current directory)
+  --dry-run             print the commands (with --slurm, the array script) and exit
+  --summary             print the summary of the sweep's runs and exit
   -h, --help            show this help
 
 Examples:
-  # 2 envs x 3 seeds, two runs at a time (each pinned to half the cores), 100k steps per run
-  ./$PROG --env-ids "HalfCheetah-v4 Hopper-v4" --seeds 3 --workers 2 -- --total-timesteps 100000
-
-  # the same sweep as a Slurm job array, 4 CPUs per task; wait for it and summarise
+  # 2 env ids x 3 seeds, two runs at a time, each on half the cores; stopped by Ctrl-C, a kill or a lost
+  # machine, the same command finishes it
+  ./$PROG --env-ids "HalfCheetah-v4 Hopper-v4" --seeds 3 --workers 2 -- --exp-name mine
+  # the same as a Slurm job array, 4 CPUs a task; wait for it, then summarise
   ./$PROG --slurm --wait --cores-per-run 4 --env-ids "HalfCheetah-v4 Hopper-v4" --seeds 3 \\
-      --sbatch-args "--time=01:00:00" -- --total-timesteps 1000000
-
-  # after a Ctrl-C, a killed terminal or a lost node: finish that sweep
-  ./$PROG --continue runs/logs/20261201-101500
-
-  # then tables and learning curves
-  uv run python report.py runs --out-dir docs
+      --sbatch-args "--time=01:00:00" -- --exp-name mine
+  # then the tables and the learning curves
+  uv run python report.py runs --exp-name mine
 EOF
 }
 
@@ -97,662 +60,246 @@ die() {
     exit 2
 }
 
-# --- CPU bookkeeping --------------------------------------------------------------------------------
-
-# The CPUs this process may run on (respects an existing taskset/cgroup affinity), one per line.
+# The CPUs this process may run on (an existing taskset or cgroup affinity holds), one per line.
 usable_cpus() {
-    local list
-    list=$(awk '/^Cpus_allowed_list:/ {print $2}' /proc/self/status 2>/dev/null || true)
-    if [[ -z "$list" ]]; then
-        seq 0 $(($(nproc) - 1))
-        return
-    fi
-    local part lo hi
-    for part in ${list//,/ }; do
-        if [[ "$part" == *-* ]]; then
-            lo=${part%-*} hi=${part#*-}
-            seq "$lo" "$hi"
-        else
-            echo "$part"
-        fi
-    done
+    local part
+    for part in $(sed -n 's/^Cpus_allowed_list:\s*//p' /proc/self/status | tr , ' '); do seq "${part%-*}" "${part#*-}"; done
 }
 
-count_cores() { usable_cpus | wc -l; }
+# --- options ------------------------------------------------------------------------------------------------
 
-# --- arguments --------------------------------------------------------------------------------------
-
-env_ids_arg="HalfCheetah-v4 Hopper-v4 Walker2d-v4"
-num_seeds=3
-first_seed=1
-workers=""
-cores_per_run=""
-pin=1
-slurm=0
-wait_slurm=0
-job_name="ppo-sweep"
-sbatch_args=""
-python_cmd=""
-workdir="."
-dry_run=0
-summary_dir=""
-continue_dir=""
-task=""
-extra=()
-declare -A given=()  # the options of the last parse_options call: --continue allows only some of them
-
-is_uint() { [[ "$1" =~ ^(0|[1-9][0-9]*)$ ]]; }
-
-# quote_words ARGS...: the arguments as shell words (nothing at all for no arguments)
-quote_words() { (($#)) && printf '%q ' "$@"; return 0; }
-
-# parse_options ARGS...: sets the variables above from the options, and `given` to the options seen.
-parse_options() {
-    local opt value has_inline_value
-    given=()
-    while (($#)); do
-        opt=$1
-        value=""
-        has_inline_value=0
-        if [[ "$opt" == --*=* ]]; then
-            value=${opt#*=} opt=${opt%%=*} has_inline_value=1
-        fi
-        case "$opt" in
-            --env-ids | --seeds | --first-seed | --workers | --cores-per-run | --job-name | --sbatch-args | --python | --workdir | --summary | --continue | --task)
-                if ((!has_inline_value)); then
-                    (($# >= 2)) || die "$opt needs a value (see --help)"
-                    value=$2
-                    shift
-                fi
-                ;;
-            -h | --help | --no-pin | --slurm | --wait | --dry-run)
-                ((!has_inline_value)) || die "$opt takes no value"
-                ;;
-        esac
-        given[$opt]=1
-        case "$opt" in
-            -h | --help) usage; exit 0 ;;
-            --env-ids) env_ids_arg=$value ;;
-            --seeds) num_seeds=$value ;;
-            --first-seed) first_seed=$value ;;
-            --workers) workers=$value ;;
-            --cores-per-run) cores_per_run=$value ;;
-            --no-pin) pin=0 ;;
-            --slurm) slurm=1 ;;
-            --wait) wait_slurm=1 ;;
-            --job-name) job_name=$value ;;
-            --sbatch-args) sbatch_args=$value ;;
-            --python) python_cmd=$value ;;
-            --workdir) workdir=$value ;;
-            --dry-run) dry_run=1 ;;
-            --summary) summary_dir=$value ;;
-            --continue) continue_dir=$value ;;
-            --task) task=$value ;;
-            --) shift; extra=("$@"); break ;;
-            *) die "unknown option '$1' (flags for the training script go after --; see --help)" ;;
-        esac
-        shift
-    done
-}
-
-parse_options "$@"
-
-# --- the training script's side: the one place that says what this file relies on ------------------
-#
-# `python ppo_continuous_envpool_jax.py --env-id E --seed S --num-threads C FLAGS... [--resume RUN_DIR]`
-#   - prints as its first stdout line `run_dir=RUN_DIR`, the run directory it logs to, relative to its
-#     working directory (the sweep's --workdir): logged_run_dir finds the run again after a stop;
-#   - prints progress lines `iteration=I/N global_step=S return=R SPS=X [eval=E]` (R is - in an
-#     iteration where no episode ended): the summary shows the last R (last_return);
-#   - keeps a resumable checkpoint RUN_DIR/<exp_name>.model while it runs and after SIGINT/SIGTERM; at
-#     a normal end it is removed (unless --save-model: then it is the final model);
-#   - with --resume RUN_DIR continues that run in RUN_DIR (a directory without a .model is an error, so
-#     plan_run passes --resume only when there is one);
-#   - exits 0 when done, 128+signal after SIGINT/SIGTERM (the checkpoint kept), 1 on errors; when training
-#     diverged (a non-finite loss or parameter), it prints a line that starts with `error: training
-#     diverged` (last_attempt_diverged).
-# tests/test_benchmark.py checks these lines against the real script.
-
-# The run directory a run's log names (its last "run_dir=" line), or nothing.
-logged_run_dir() {
-    [[ -f "$1" ]] || return 0
-    sed -n 's/^run_dir=//p' "$1" | tail -n 1
-}
-
-# Whether the latest attempt in a run's log (the lines after its last "+ command" line) diverged.
-last_attempt_diverged() {
-    awk '/^\+ / { hit = 0 } /^error: training diverged/ { hit = 1 } END { exit !hit }' "$1"
-}
-
-# Last "return=X" (X != "-") printed by the training script, or "-".
-last_return() {
-    [[ -f "$1" ]] || { echo "-"; return; }
-    awk '{ for (i = 1; i <= NF; i++) if ($i ~ /^return=/ && $i != "return=-") last = substr($i, 8) }
-         END { print (last == "" ? "-" : last) }' "$1"
-}
-
-# --- summary (shared by local runs, Slurm --wait and --summary) -------------------------------------
-
-# A sweep's log directory holds sweep.args (the options that define it, one per line, read back by
-# --continue), runs.tsv (index, env id, seed), and per run <env>__<seed>.log (the output of every
-# attempt, each after its "+ command" line), <env>__<seed>.lock (held while an attempt runs; it names
-# the attempt's pid) and, once the latest attempt has ended, <env>__<seed>.status:
-# "STATE RC START END ACTION" (STATE: ok, diverged, failed, interrupted; START/END: unix seconds of that
-# attempt; ACTION: what the latest call did with the run: started, resumed, skipped).
-
-format_duration() {
-    local s=$1
-    if ((s >= 3600)); then
-        printf '%dh%02dm%02ds' $((s / 3600)) $((s % 3600 / 60)) $((s % 60))
-    elif ((s >= 60)); then
-        printf '%dm%02ds' $((s / 60)) $((s % 60))
-    else
-        printf '%ds' "$s"
-    fi
-}
-
-# The most telling line of a failed run's log: the last line that mentions an error, else the last one.
-failure_reason() {
-    [[ -f "$1" ]] || { echo "(no log)"; return; }
-    awk '/[Ee]rror|Unrecognized|Exception|Killed|CANCELLED|TIME LIMIT/ { hit = $0 }
-         NF { last = $0 }
-         END { print (hit != "" ? hit : last) }' "$1" |
-        sed -e 's/^[[:space:]│]*//' -e 's/[[:space:]│]*$//' | cut -c1-200
-}
-
-# print_summary DIR: prints the table and the runs that did not succeed; returns 0 if all are "ok".
-print_summary() {
-    local dir=$1
-    local index env_id seed name log state rc start end action duration ret detail
-    local n_total=0 n_ok=0 n_diverged=0 bad=()
-    local row='%-24s %5s  %-14s %-8s %9s  %10s  %s\n'
-    echo
-    echo "Summary of $dir"
-    # shellcheck disable=SC2059
-    printf "$row" "env" "seed" "status" "action" "duration" "return" "log"
-    while IFS=$'\t' read -r index env_id seed; do
-        [[ "$index" == "index" ]] && continue
-        name="${env_id//\//-}__${seed}"
-        log="$dir/$name.log"
-        state="" rc="" start="" end="" action="" duration="-" detail=""
-        if [[ -f "$dir/$name.status" ]]; then
-            read -r state rc start end action <"$dir/$name.status" || true
-            duration=$(format_duration $((end - start)))
-        elif [[ -f "$log" ]]; then
-            state="unfinished"  # still running, or killed without a status (e.g. by Slurm or SIGKILL)
-        else
-            state="not-started"
-        fi
-        case "$state" in
-            ok) n_ok=$((n_ok + 1)) ;;
-            diverged) n_diverged=$((n_diverged + 1)) detail=" -- $(failure_reason "$log") [$log]" ;;
-            failed) state="failed(rc=$rc)" detail=" -- $(failure_reason "$log") [$log]" ;;
-            unfinished) detail=" -- $(failure_reason "$log") [$log]" ;;
-        esac
-        [[ "$state" == ok ]] || bad+=("$env_id seed $seed: $state$detail")
-        [[ -f "$log" ]] || log="-"
-        ret=$(last_return "$log")
-        n_total=$((n_total + 1))
-        # shellcheck disable=SC2059
-        printf "$row" "$env_id" "$seed" "$state" "${action:--}" "$duration" "$ret" "$log"
-    done <"$dir/runs.tsv"
-    echo "$n_ok/$n_total runs succeeded."
-    if ((${#bad[@]})); then
-        echo "Runs that did not succeed:"
-        printf '  %s\n' "${bad[@]}"
-        # --continue skips diverged runs, so it has something to do only if another run did not succeed.
-        if ((${#bad[@]} > n_diverged)); then echo "Continue the sweep with: ./$PROG --continue $dir"; fi
-        return 1
-    fi
-    return 0
-}
-
-if [[ -n "$summary_dir" ]]; then
-    [[ -f "$summary_dir/runs.tsv" ]] || die "--summary: no runs.tsv in '$summary_dir' (expected a runs/logs/<sweep> directory)"
-    print_summary "$summary_dir" && exit 0 || exit 1
-fi
-
-# --- continuing a sweep -----------------------------------------------------------------------------
-
-# The sweep's own options come first, then the few of this command line that may override them.
-if [[ -n "$continue_dir" ]]; then
-    for opt in "${!given[@]}"; do
-        case "$opt" in
-            --continue | --task | --workers | --cores-per-run | --no-pin | --python | --wait | --job-name | --sbatch-args | --dry-run) ;;
-            *) die "$opt cannot be given with --continue: the sweep's settings are read from its sweep.args" ;;
-        esac
-    done
-    [[ -f "$continue_dir/sweep.args" ]] || die "--continue: no sweep.args in '$continue_dir' (expected a runs/logs/<sweep> directory)"
-    mapfile -t saved_args <"$continue_dir/sweep.args"
-    parse_options "${saved_args[@]}"
-    parse_options "$@"
-    continue_dir=$(cd "$continue_dir" && pwd)
-fi
-[[ -z "$task" || -n "$continue_dir" ]] || die "--task only applies with --continue"
-[[ -z "$task" ]] || ((!dry_run)) || die "--dry-run does not apply with --task (without --task it shows what --continue would do)"
-
-# --- validation -------------------------------------------------------------------------------------
+env_ids_arg="HalfCheetah-v4 Hopper-v4 Walker2d-v4" num_seeds=3 first_seed=1 workers="" cores_per_run="" pin=1
+slurm=0 wait_slurm=0 job_name="" sbatch_args="" python_cmd="" workdir="." dry_run=0 summary_only=0 extra=()
+while (($#)); do
+    case "$1" in
+        --*=*) set -- "${1%%=*}" "${1#*=}" "${@:2}"; continue ;;  # --opt=value as --opt value
+        --env-ids | --seeds | --first-seed | --workers | --cores-per-run | --job-name | --sbatch-args | --python | --workdir)
+            (($# >= 2)) || die "$1 needs a value (see --help)" ;;&
+        -h | --help) usage; exit 0 ;;
+        --env-ids) env_ids_arg=$2; shift ;;
+        --seeds) num_seeds=$2; shift ;;
+        --first-seed) first_seed=$2; shift ;;
+        --workers) workers=$2; shift ;;
+        --cores-per-run) cores_per_run=$2; shift ;;
+        --no-pin) pin=0 ;;
+        --slurm) slurm=1 ;;
+        --wait) wait_slurm=1 ;;
+        --job-name) job_name=$2; shift ;;
+        --sbatch-args) sbatch_args=$2; shift ;;
+        --python) python_cmd=$2; shift ;;
+        --workdir) workdir=$2; shift ;;
+        --dry-run) dry_run=1 ;;
+        --summary) summary_only=1 ;;
+        --) shift; extra=("$@"); break ;;
+        *) die "unknown option '$1' (flags for the training script go after --; see --help)" ;;
+    esac
+    shift
+done
 
 read -r -a env_ids <<<"${env_ids_arg//,/ }"
 ((${#env_ids[@]})) || die "--env-ids is empty"
 for env_id in "${env_ids[@]}"; do
     [[ "$env_id" =~ ^[A-Za-z0-9][A-Za-z0-9._/-]*$ ]] || die "--env-ids: '$env_id' is not an env id (letters, digits, . _ - /)"
 done
-if [[ $(printf '%s\n' "${env_ids[@]}" | sort | uniq -d) ]]; then
-    die "--env-ids lists an env id twice"
-fi
-is_positive() { is_uint "$1" && (($1 > 0)); }
+[[ -z $(printf '%s\n' "${env_ids[@]}" | sort | uniq -d) ]] || die "--env-ids lists an env id twice"
+is_positive() { [[ "$1" =~ ^[1-9][0-9]*$ ]]; }
 is_positive "$num_seeds" || die "--seeds must be a positive integer, got '$num_seeds'"
-is_uint "$first_seed" || die "--first-seed must be a non-negative integer, got '$first_seed'"
-# The training script's seeds are EnvPool's int32; the lengths come first, so bash's 64-bit sum cannot wrap.
+[[ "$first_seed" =~ ^(0|[1-9][0-9]*)$ ]] || die "--first-seed must be a non-negative integer, got '$first_seed'"
+# EnvPool's seeds are int32; the lengths come first, so that bash's 64-bit sum cannot wrap.
 ((${#first_seed} <= 10 && ${#num_seeds} <= 10 && first_seed + num_seeds - 1 <= 2147483647)) ||
     die "the last seed, --first-seed + --seeds - 1, must be at most 2147483647 (EnvPool's seeds are int32)"
 [[ -z "$workers" ]] || is_positive "$workers" || die "--workers must be a positive integer, got '$workers'"
 [[ -z "$cores_per_run" ]] || is_positive "$cores_per_run" || die "--cores-per-run must be a positive integer, got '$cores_per_run'"
-
 ((slurm || !wait_slurm)) || die "--wait only applies with --slurm"
 ((slurm)) || [[ -z "$sbatch_args" ]] || die "--sbatch-args only applies with --slurm"
 [[ -d "$workdir" ]] || die "--workdir '$workdir' is not a directory"
-[[ -f "$SCRIPT" ]] || die "training script not found: $SCRIPT"
-for arg in "${extra[@]+"${extra[@]}"}"; do
-    case "$arg" in
-        --env-id | --env-id=* | --env_id | --env_id=* | --seed | --seed=* | --num-threads | --num-threads=* | --num_threads | --num_threads=* | --resume | --resume=*)
-            die "do not pass ${arg%%=*} after --: the sweep sets it (use --env-ids, --seeds, --cores-per-run, --continue)" ;;
-        # Each would make every run exit 0 without training, and --continue would then skip them as finished.
-        -h | --help | --list-tasks | --list_tasks | --evaluate | --evaluate=*)
-            die "do not pass ${arg%%=*} after --: a sweep trains (run the training script itself for it)" ;;
+workdir=$(cd "$workdir" && pwd)
+exp_name=$(basename "$SCRIPT" .py)
+for ((i = 0; i < ${#extra[@]}; i++)); do
+    flag=${extra[i]%%=*}
+    case "${flag//_/-}" in  # the training script takes --env_id for --env-id too
+        --exp-name) [[ "${extra[i]}" == *=* ]] && exp_name=${extra[i]#*=} || exp_name=${extra[i + 1]:-} ;;
+        --env-id | --seed | --num-threads | --run-dir | --resume)
+            die "do not pass $flag after --: the sweep sets it (--env-ids, --seeds, --cores-per-run)" ;;
+        -h | --help | --list-tasks | --evaluate)  # each would make every run exit at once without training
+            die "do not pass $flag after --: a sweep trains (run the training script itself for it)" ;;
     esac
 done
+[[ -n "$exp_name" && "$exp_name" != */* && "$exp_name" != .* ]] ||
+    die "--exp-name must be a file name, not empty and without '/' or a leading '.', got '$exp_name'"
 
-if [[ -n "$python_cmd" ]]; then
-    read -r -a python <<<"$python_cmd"
-elif command -v uv >/dev/null; then
-    python=(uv run --frozen --project "$REPO" python)
-elif [[ -x "$REPO/.venv/bin/python" ]]; then
-    python=("$REPO/.venv/bin/python")
-else
-    python=(python3)
-fi
-((${#python[@]})) || die "--python is empty"
-command -v "${python[0]}" >/dev/null || die "--python: '${python[0]}' not found"
-
-workdir=$(cd "$workdir" && pwd)
-
-# What defines the sweep, as given, for sweep.args (resources the machine decides are left out).
-sweep_args=(--workdir "$workdir" --env-ids "${env_ids[*]}" --seeds "$num_seeds" --first-seed "$first_seed")
-if [[ -n "$workers" ]]; then sweep_args+=(--workers "$workers"); fi
-if [[ -n "$cores_per_run" ]]; then sweep_args+=(--cores-per-run "$cores_per_run"); fi
-if ((!pin)); then sweep_args+=(--no-pin); fi
-if [[ -n "$python_cmd" ]]; then sweep_args+=(--python "$python_cmd"); fi
-if ((slurm)); then sweep_args+=(--slurm --job-name "$job_name" --sbatch-args "$sbatch_args"); fi
-sweep_args+=(-- "${extra[@]+"${extra[@]}"}")
-[[ "${sweep_args[*]}" != *$'\n'* ]] || die "options must not contain newlines (sweep.args keeps one per line)"
-
-# runs: seed-major, so that a partial sweep already covers every env id.
-run_envs=() run_seeds=()
-for ((seed = first_seed; seed < first_seed + num_seeds; seed++)); do
-    for env_id in "${env_ids[@]}"; do
-        run_envs+=("$env_id")
-        run_seeds+=("$seed")
-    done
-done
-num_runs=${#run_envs[@]}
-[[ -z "$task" ]] || { is_uint "$task" && ((task < num_runs)); } || die "--task must be a run index 0..$((num_runs - 1)), got '$task'"
-
-# A run's file names in the sweep directory; "/" (MetaWorld/Reach-v3) becomes "-", as in its run directory.
-run_name() { echo "${run_envs[$1]//\//-}__${run_seeds[$1]}"; }
-
-new_sweep_dir() {
-    local base dir
-    base="$workdir/runs/logs/$(date +%Y%m%d-%H%M%S)"
-    mkdir -p "$workdir/runs/logs"
-    dir=$base
-    local i=1
-    until mkdir "$dir" 2>/dev/null; do
-        dir="$base-$i"
-        i=$((i + 1))
-    done
-    printf '%s\n' "${sweep_args[@]}" >"$dir/sweep.args"
-    {
-        printf 'index\tenv_id\tseed\n'
-        for ((i = 0; i < num_runs; i++)); do
-            printf '%d\t%s\t%s\n' "$i" "${run_envs[i]}" "${run_seeds[i]}"
-        done
-    } >"$dir/runs.tsv"
-    echo "$dir"
-}
-
-# =====================================================================================================
-# One run: skip, resume or start it. Each local worker and each Slurm array task runs
-# `benchmark.sh --continue SWEEP_DIR --task I`, so both pick a run up the same way.
-# =====================================================================================================
-
-# plan_run INDEX: what the run needs now, from its files alone (run from the workdir): sets $action
-# (skipped: its latest attempt ended ok or diverged, $skipped says which; resumed: its run directory has a
-# checkpoint; started), $cmd, and $planned_state (the latest attempt's state). A diverged run is a
-# result: resuming it from its last finite state on fresh environments would retry it until a seed
-# survives, and the sweep would report survivors only.
-plan_run() {
-    local i=$1 name state="" run_dir
-    name=$(run_name "$i")
-    if [[ -f "$sweep_dir/$name.status" ]]; then read -r state _ <"$sweep_dir/$name.status"; fi
-    # A sweep of a benchmark.sh before the status `diverged` recorded such a run as failed.
-    if [[ "$state" == failed ]] && last_attempt_diverged "$sweep_dir/$name.log"; then state=diverged; fi
-    planned_state=$state
-    cmd=("${python[@]}" "$SCRIPT" --env-id "${run_envs[i]}" --seed "${run_seeds[i]}" --num-threads "$cores_per_run")
-    cmd+=("${extra[@]+"${extra[@]}"}")
-    run_dir=$(logged_run_dir "$sweep_dir/$name.log")
-    if [[ "$state" == ok || "$state" == diverged ]]; then
-        action=skipped
-        skipped=$([[ "$state" == ok ]] && echo "finished earlier" || echo "diverged earlier: a result, not retried")
-    elif [[ -n "$run_dir" ]] && compgen -G "$run_dir/*.model" >/dev/null; then
-        action=resumed
-        cmd+=(--resume "$run_dir")
-    else
-        action=started
-    fi
-}
-
-# abandon_earlier_attempt INDEX: a run being started afresh may have an earlier attempt's run directory
-# (the attempt ended before its first checkpoint); its partial curves would sit beside the new run's in
-# runs/, so it moves to the sweep's abandoned/ folder, kept rather than deleted.
-abandon_earlier_attempt() {
-    local name run_dir
-    [[ "$action" == started ]] || return 0
-    name=$(run_name "$1")
-    run_dir=$(logged_run_dir "$sweep_dir/$name.log")
-    [[ -n "$run_dir" && -d "$run_dir" ]] || return 0
-    mkdir -p "$sweep_dir/abandoned"
-    mv "$run_dir" "$sweep_dir/abandoned/"
-    echo "[$(date +%H:%M:%S)]        $name: the earlier attempt's $run_dir (no checkpoint) moved to $sweep_dir/abandoned/"
-}
-
-signalled=0  # set by run_task's trap
-
-# run_task INDEX: skips, resumes or starts the run in the foreground, appending to its log, and exits
-# with its exit status.
-run_task() {
-    local i=$1 name log lock status cpus start rc state end
-    name=$(run_name "$i")
-    log="$sweep_dir/$name.log"
-    lock="$sweep_dir/$name.lock"
-    status="$sweep_dir/$name.status"
-    command -v flock >/dev/null || die "flock not found (install util-linux)"
-    # fd 9 is inherited by the training script, so the lock is free exactly when no process of an
-    # earlier attempt is left, even one whose sweep was killed with SIGKILL: never two at once.
-    exec 9>>"$lock"
-    if ! flock -n 9; then
-        echo "[$(date +%H:%M:%S)] wait   $name: an earlier attempt (task pid $(cat "$lock")) is still running"
-        flock 9
-    fi
-    echo "$$" >"$lock"
-    plan_run "$i"
-    if [[ "$action" == skipped ]]; then
-        read -r _ rc start end _ <"$status"
-        echo "$planned_state $rc $start $end skipped" >"$status"
-        echo "[$(date +%H:%M:%S)] skip   $name ($skipped)"
-        exit 0
-    fi
-    rm -f "$status"
-    cpus=$(usable_cpus | paste -sd,)
-    echo "[$(date +%H:%M:%S)] $action $name (cores $cpus)"
-    abandon_earlier_attempt "$i"
-    printf '# %s: %s on %s, cores %s\n+ %s\n' "$(date '+%F %T')" "$action" "$(hostname)" "$cpus" "${cmd[*]}" >>"$log"
-    start=$(date +%s)
-    # SIGINT/SIGTERM (Ctrl-C of the sweep, scancel, Slurm's time limit or preemption) reach the script
-    # too; bash runs this trap once the script has saved its checkpoint and exited.
-    trap 'signalled=1' INT TERM
-    PYTHONUNBUFFERED=1 OMP_NUM_THREADS=$cores_per_run "${cmd[@]}" >>"$log" 2>&1 </dev/null && rc=0 || rc=$?
-    trap - INT TERM
-    if ((rc == 0)); then
-        state=ok
-    elif last_attempt_diverged "$log"; then  # also when a signal came in the iteration that diverged
-        state=diverged
-    elif ((signalled)); then
-        state=interrupted
-    else
-        state=failed
-    fi
-    echo "$state $rc $start $(date +%s) $action" >"$status"
-    if ((rc == 0)); then
-        echo "[$(date +%H:%M:%S)] ok     $name"
-    else
-        echo "[$(date +%H:%M:%S)] $state $name (rc=$rc, see $log)"
-    fi
-    exit "$rc"
-}
-
-if [[ -n "$task" ]]; then
-    sweep_dir=$continue_dir
-    cores_per_run=${cores_per_run:-$(count_cores)}
-    cd "$workdir"
-    run_task "$task"
-fi
-
-# open_sweep_dir: $sweep_dir, the sweep's log directory (the one being continued, else a new one: call
-# this once every check has passed), and $task_args, what a task needs to see what this call sees.
-open_sweep_dir() {
-    if [[ -n "$continue_dir" ]]; then
-        sweep_dir=$continue_dir
-    elif ((dry_run)); then
-        sweep_dir="$workdir/runs/logs/<sweep>"
-    else
-        sweep_dir=$(new_sweep_dir)
-    fi
-    task_args=(--continue "$sweep_dir")
-    if [[ -n "$python_cmd" ]]; then task_args+=(--python "$python_cmd"); fi
-}
-
-# =====================================================================================================
-# Slurm: one array task per run.
-# =====================================================================================================
-
+# Cores: a Slurm task's are Slurm's to give; locally, worker slot k (xargs' SLOT) has the cores slot_cpus[k].
 if ((slurm)); then
     cores_per_run=${cores_per_run:-1}
     [[ "$workdir" != *[[:space:]]* ]] || die "--slurm: the working directory '$workdir' must not contain spaces"
-    if ((!dry_run)); then
-        command -v sbatch >/dev/null || die "--slurm: sbatch not found on PATH"
-        if ((wait_slurm)); then command -v squeue >/dev/null || die "--wait: squeue not found on PATH"; fi
-    fi
-    open_sweep_dir
-    array="0-$((num_runs - 1))${workers:+%$workers}"
-    read -r -a sbatch_extra <<<"$sbatch_args"
+    ((dry_run || summary_only)) || command -v sbatch >/dev/null || die "--slurm: sbatch not found on PATH"
+else
+    workers=${workers:-1}
+    mapfile -t cpus < <(usable_cpus)
+    ((pin || ${#cpus[@]} >= workers)) || cores_per_run=${cores_per_run:-1}  # --no-pin oversubscribes
+    cores_per_run=${cores_per_run:-$((${#cpus[@]} / workers))}
+    ((cores_per_run)) || die "--workers $workers is more than the ${#cpus[@]} usable cores (pass --no-pin to oversubscribe)"
+    ((!pin || workers * cores_per_run <= ${#cpus[@]})) ||
+        die "--workers $workers x --cores-per-run $cores_per_run needs $((workers * cores_per_run)) cores, only ${#cpus[@]} usable (${cpus[*]}); pass --no-pin to oversubscribe"
+    ((!pin)) || command -v taskset >/dev/null || die "taskset not found (install util-linux, or pass --no-pin)"
+    slot_cpus=()
+    for ((k = 0; pin && k < workers; k++)); do slot_cpus+=("$(IFS=,; echo "${cpus[*]:k*cores_per_run:cores_per_run}")"); done
+fi
 
-    batch_script=$(
-        cat <<EOS
-#!/usr/bin/env bash
-#SBATCH --job-name=$job_name
-#SBATCH --array=$array
+# The default Python is the environment's interpreter itself, not `uv run`, which would stand between the run and
+# its signals (it forwards SIGINT and SIGTERM to a child that gets them already, and a second one aborts a run).
+if [[ -n "$python_cmd" ]]; then
+    read -r -a python <<<"$python_cmd"
+elif command -v uv >/dev/null; then
+    python=("$(uv run -q --frozen --project "$REPO" python -c 'import sys; print(sys.executable)')") || die "uv could not set up $REPO's environment"
+else
+    python=("$REPO/.venv/bin/python")
+fi
+((${#python[@]})) || die "--python is empty"
+command -v "${python[0]}" >/dev/null || die "--python: '${python[0]}' not found"
+[[ "${python[0]}" != */* ]] || python[0]="$(cd "$(dirname "${python[0]}")" && pwd)/$(basename "${python[0]}")"
+cd "$workdir"
+
+# --- the runs, seed-major (a sweep cut short covers every env id), and the command line of each ---------------
+
+envs=() seeds=() dirs=()
+for ((seed = first_seed; seed < first_seed + num_seeds; seed++)); do
+    for env_id in "${env_ids[@]}"; do
+        envs+=("$env_id") seeds+=("$seed") dirs+=("runs/${env_id//\//-}__${exp_name}__${seed}")
+    done
+done
+
+# run_command I: run I as one shell line, the same locally and in a Slurm array task; run from anywhere.
+run_command() {
+    local dir=${dirs[$1]} cmd
+    printf -v cmd '%q ' "${python[@]}" "$SCRIPT" --run-dir "$dir" --env-id "${envs[$1]}" --seed "${seeds[$1]}" \
+        --num-threads "$cores_per_run" "${extra[@]}"
+    printf 'cd %q && mkdir -p %q && OMP_NUM_THREADS=%s PYTHONUNBUFFERED=1 exec %s>>%q 2>&1 </dev/null\n' \
+        "$workdir" "$dir" "$cores_per_run" "$cmd" "$dir/output.log"
+}
+
+# summary plan|table: how each run stands: its summary.json's status, else "running" (its lock is held),
+# "no-summary" (it ended without writing one: killed, or its input refused) or "not-run". `plan` prints the
+# runs that have not ended; `table` the sweep's summary, and exits 0 when every run is ok, else 1.
+read -r -d '' summary_py <<'EOF' || true
+import fcntl, json, sys
+from pathlib import Path
+
+def state(run_dir):
+    try:
+        with open(run_dir / ".lock", "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return json.loads((run_dir / "summary.json").read_text())
+    except BlockingIOError:
+        return {"status": "running"}
+    except FileNotFoundError:  # no run directory, or no summary.json in it
+        if not (run_dir / "output.log").exists():
+            return {"status": "not-run"}
+        last = ((run_dir / "output.log").read_text(errors="replace").strip().splitlines() or ["(empty)"])[-1]
+        return {"status": "no-summary", "detail": f"it ended without one; its output.log ends: {last[:200]}"}
+
+runs = list(zip(*[iter(sys.argv[2:])] * 3))  # (env id, seed, run directory)
+states = [state(Path(run_dir)) for _, _, run_dir in runs]
+if sys.argv[1] == "plan":  # a diverged run is a result: it is not trained again
+    print(*(i for i, s in enumerate(states) if s["status"] not in ("ok", "diverged")))
+    sys.exit()
+rows, not_ok = [("env", "seed", "status", "steps", "return", "last-eval", "wall", "run")], []
+for (env_id, seed, run_dir), s in zip(runs, states):
+    ev, wall, ret = s.get("last_eval"), s.get("wall_seconds"), s.get("final_return")
+    rows.append((
+        env_id, seed, s["status"], f"{s['global_step']}/{s['total_timesteps']}" if "global_step" in s else "-",
+        "-" if ret is None else f"{ret:.1f}", f"{ev['return']:.1f}@{ev['global_step']}" if ev else "-",
+        "-" if wall is None else "{}m{:02d}s".format(*divmod(round(wall), 60)), run_dir,
+    ))
+    if s["status"] != "ok":
+        detail = f" -- {s['detail']}" if s.get("detail") else ""
+        log = f" [{run_dir}/output.log]" if s["status"] != "not-run" else ""
+        not_ok.append(f"{env_id} seed {seed}: {s['status']}{detail}{log}")
+widths = [max(map(len, column)) for column in zip(*rows)]
+print("", *("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows), sep="\n")
+print(f"{len(runs) - len(not_ok)}/{len(runs)} runs ok.")
+if not_ok:
+    print("Runs that are not ok:", *not_ok, sep="\n  ")
+if any(s["status"] not in ("ok", "diverged", "running") for s in states):
+    print("The same command again resumes or starts the runs that have not ended.")
+sys.exit(1 if not_ok else 0)
+EOF
+summary() {
+    local i runs=()
+    for i in "${!dirs[@]}"; do runs+=("${envs[i]}" "${seeds[i]}" "${dirs[i]}"); done
+    "${python[@]}" -c "$summary_py" "$1" "${runs[@]}"
+}
+
+((!summary_only)) || { summary table && exit 0 || exit 1; }
+todo=$(summary plan) || die "could not read the runs' summary.json with ${python[*]}"
+read -r -a todo <<<"$todo"
+plan="${#dirs[@]} runs (${#env_ids[@]} env ids x $num_seeds seeds) in $workdir/runs/, $((${#dirs[@]} - ${#todo[@]})) ended (skipped)"
+stopped=0
+trap 'stopped=130' INT
+trap 'stopped=143' TERM
+
+# --- Slurm: one array task per run that has not ended -------------------------------------------------------
+
+if ((slurm)); then
+    read -r -a sbatch_extra <<<"$sbatch_args"
+    batch_script="#!/usr/bin/env bash
+#SBATCH --job-name=${job_name:-$exp_name}
+#SBATCH --array=0-$((${#todo[@]} - 1))${workers:+%$workers}
 #SBATCH --ntasks=1
 #SBATCH --cpus-per-task=$cores_per_run
-#SBATCH --output=$sweep_dir/slurm-%a.out
-#SBATCH --open-mode=append
-#SBATCH --chdir=$workdir
 #SBATCH --requeue
-# Generated by benchmark.sh: array task i skips, resumes or starts run i of runs.tsv, so a task that
-# Slurm requeues (preemption, a failed node) or a resubmitted sweep (--continue) picks up its checkpoint.
-exec $(quote_words "$REPO/benchmark.sh" "${task_args[@]}")--task "\$SLURM_ARRAY_TASK_ID" --cores-per-run "\${SLURM_CPUS_PER_TASK:-$cores_per_run}"
-EOS
-    )
-
+#SBATCH --output=$workdir/runs/logs/%x-%A_%a.out
+#SBATCH --open-mode=append
+# Written by benchmark.sh: task i runs the i-th run that had not ended; requeued, it resumes it.
+case \$SLURM_ARRAY_TASK_ID in
+$(for k in "${!todo[@]}"; do echo "$k) $(run_command "${todo[k]}") ;;"; done)
+esac"
+    plan+=", ${#todo[@]} to run as array tasks of $cores_per_run CPU(s) (Slurm's logs: runs/logs/)"
     if ((dry_run)); then
-        echo "# sbatch ${sbatch_extra[*]+"${sbatch_extra[*]}"} <<'EOF'"
-        echo "$batch_script"
-        echo "EOF"
+        echo "# $plan"
+        if ((${#todo[@]})); then printf "# sbatch%s <<'EOF'\n%s\nEOF\n" "${sbatch_args:+ $sbatch_args}" "$batch_script"; fi
         exit 0
     fi
-
-    echo "$batch_script" >"$sweep_dir/sweep.sbatch"
-    echo "$PROG: submitting $num_runs array tasks (${#env_ids[@]} env ids x $num_seeds seeds), $cores_per_run CPU(s) each"
-    job_id=$(sbatch --parsable "${sbatch_extra[@]+"${sbatch_extra[@]}"}" "$sweep_dir/sweep.sbatch") ||
-        { echo "$PROG: error: sbatch failed" >&2; exit 1; }
-    job_id=${job_id%%;*}
-    echo "$job_id" >"$sweep_dir/slurm_job_id"
-    echo "Submitted Slurm job $job_id; logs in $sweep_dir"
-    echo "  watch:     squeue -j $job_id     (or: tail -f $sweep_dir/*.log)"
-    echo "  cancel:    scancel $job_id"
-    echo "  summarise: ./$PROG --summary $sweep_dir"
-    ((wait_slurm)) || exit 0
-
-    # Wait by polling squeue (works without Slurm accounting, unlike sacct); Ctrl-C stops waiting only.
-    trap 'echo; echo "$PROG: stopped waiting; job $job_id keeps running (scancel $job_id to stop it)"; print_summary "$sweep_dir" || true; exit 130' INT TERM
-    echo "Waiting for job $job_id ..."
-    delay=2
-    while true; do
-        if ! queued=$(squeue -h -j "$job_id" -o %i 2>/dev/null); then
-            # squeue rejects job ids that have already left the controller's memory.
-            break
+    echo "$PROG: $plan"
+    if ((${#todo[@]})); then
+        mkdir -p runs/logs
+        if ((!wait_slurm)); then
+            sbatch "${sbatch_extra[@]}" <<<"$batch_script" || { echo "$PROG: error: sbatch failed" >&2; exit 1; }
+            echo "Watch it with squeue --me; the same command with --summary summarises it."
+            exit 0
         fi
-        [[ -n "$queued" ]] || break
-        sleep "$delay"
-        delay=$((delay * 2 > 30 ? 30 : delay * 2))
-    done
-    trap - INT TERM
-    print_summary "$sweep_dir" && exit 0 || exit 1
+        sbatch --wait "${sbatch_extra[@]}" <<<"$batch_script" || true  # the summary says how each task ended
+        ((!stopped)) || echo "$PROG: stopped waiting; the job goes on (scancel --name=${job_name:-$exp_name} stops it)"
+    fi
+    summary table && exit 0 || exit "$((stopped ? stopped : 1))"
 fi
 
-# =====================================================================================================
-# Local: N runs at a time, each pinned to its own cores.
-# =====================================================================================================
+# --- Local: N runs at a time through xargs, those of worker slot k on the cores slot_cpus[k] ----------------
 
-workers=${workers:-1}
-mapfile -t cpus < <(usable_cpus)
-if [[ -z "$cores_per_run" ]]; then
-    cores_per_run=$((${#cpus[@]} / workers))
-    if ((cores_per_run == 0 && !pin)); then cores_per_run=1; fi
-    ((cores_per_run > 0)) || die "--workers $workers is more than the ${#cpus[@]} usable cores (pass --no-pin to oversubscribe)"
-fi
-if ((pin)); then
-    command -v taskset >/dev/null || die "taskset not found (install util-linux, or pass --no-pin)"
-    ((workers * cores_per_run <= ${#cpus[@]})) ||
-        die "--workers $workers x --cores-per-run $cores_per_run needs $((workers * cores_per_run)) cores, only ${#cpus[@]} usable (${cpus[*]}); pass --no-pin to oversubscribe"
-fi
-command -v setsid >/dev/null || die "setsid not found (install util-linux)"
-((workers <= num_runs)) || workers=$num_runs
-
-# slot_cpus[k]: the cores of worker slot k, e.g. "0,1"
-slot_cpus=()
-for ((k = 0; k < workers; k++)); do
-    slot_cpus[k]=$(IFS=,; echo "${cpus[*]:k*cores_per_run:cores_per_run}")
-done
-
-# pinning SLOT -> the taskset prefix of a run in that slot in $pinning (empty with --no-pin)
-pinning() {
-    pinning=()
-    if ((pin)); then pinning=(taskset -c "${slot_cpus[$1]}"); fi
-}
-
-open_sweep_dir
-cd "$workdir"
+plan+=", ${#todo[@]} to run, $workers at a time, $cores_per_run core(s) each, pinned to the cores: ${slot_cpus[*]:-no}"
 if ((dry_run)); then
-    echo "# from $workdir: $num_runs runs, $workers at a time, $cores_per_run core(s) each"
-    for ((i = 0; i < num_runs; i++)); do
-        plan_run "$i"
-        pinning $((i % workers))
-        if [[ "$action" == skipped ]]; then
-            echo "# $(run_name "$i"): skipped ($skipped)"
-        else
-            quote_words "${pinning[@]+"${pinning[@]}"}" env "OMP_NUM_THREADS=$cores_per_run" "${cmd[@]}"
-            echo
-        fi
-    done
+    echo "# $plan"
+    for i in "${todo[@]}"; do run_command "$i"; done
     exit 0
 fi
 
-pinned=""
-if ((pin)); then pinned=", pinned with taskset"; fi
-verb="running"
-if [[ -n "$continue_dir" ]]; then verb="continuing"; fi
-echo "$PROG: $verb $num_runs runs (${#env_ids[@]} env ids x $num_seeds seeds), $workers at a time, $cores_per_run core(s) each$pinned"
-echo "  python: ${python[*]}"
-echo "  runs:   $workdir/runs/    logs: $sweep_dir/"
-
-slot_pid=()    # slot -> pid of its task (the leader of the run's own process group), "" when free
-slot_run=()    # slot -> run index
-run_start=()   # run index -> unix start time
-for ((k = 0; k < workers; k++)); do slot_pid[k]=""; done
-
-interrupted=0
-# shellcheck disable=SC2317  # called by the trap below
-on_signal() {
-    interrupted=$((interrupted + 1))
-    local k sig=TERM
-    ((interrupted == 1)) || sig=KILL
-    echo
-    echo "$PROG: interrupted; stopping the running runs with SIG$sig (Ctrl-C again to force)" >&2
-    for ((k = 0; k < workers; k++)); do
-        if [[ -n "${slot_pid[k]}" ]]; then kill -s "$sig" -- "-${slot_pid[k]}" 2>/dev/null || true; fi
-    done
+# run_in_slot RUN_DIR COMMAND: one run in xargs' worker slot $SLOT, on that slot's cores.
+run_in_slot() {
+    local cpus pin=()
+    trap 'exit 130' INT TERM  # once the run has saved its checkpoint: the sweep prints the summary
+    read -r -a cpus <<<"$SLOT_CPUS"
+    ((${#cpus[@]} == 0)) || pin=(taskset -c "${cpus[SLOT]}")
+    echo "[$(date +%T)] start $1${pin[*]+ (cores ${pin[2]})}"
+    "${pin[@]}" bash -c "$2" || true
+    echo "[$(date +%T)] end   $1: $(tail -n 1 "$1/output.log")"
 }
-trap on_signal INT TERM
-
-start_run() {  # start_run INDEX SLOT
-    local i=$1 k=$2
-    pinning "$k"
-    run_start[i]=$(date +%s)
-    # setsid: the task gets its own process group (benchmark.sh --task, uv, python, ...), so it can be
-    # stopped as a whole. It prints its start and end lines itself.
-    setsid "${pinning[@]+"${pinning[@]}"}" "$REPO/$PROG" "${task_args[@]}" --task "$i" --cores-per-run "$cores_per_run" </dev/null &
-    slot_pid[k]=$!
-    slot_run[k]=$i
-}
-
-finish_run() {  # finish_run SLOT: the task in SLOT has exited
-    local k=$1 i name status rc=0 state=failed
-    i=${slot_run[k]}
-    wait "${slot_pid[k]}" 2>/dev/null || rc=$?
-    slot_pid[k]=""
-    name=$(run_name "$i")
-    status="$sweep_dir/$name.status"
-    # Only a task killed outright (Ctrl-C twice) or one that stopped at an error of its own leaves none.
-    if [[ ! -f "$status" ]]; then
-        if ((interrupted)); then state=interrupted; fi
-        echo "$state $rc ${run_start[i]} $(date +%s)" >"$status"
-        echo "[$(date +%H:%M:%S)] $state $name (rc=$rc, see $sweep_dir/$name.log)"
-    fi
-}
-
-wait_for_any() {
-    # bash >= 5.1 returns from `wait -n` for a job that ended before the call; older ones may not.
-    if ((BASH_VERSINFO[0] > 5 || (BASH_VERSINFO[0] == 5 && BASH_VERSINFO[1] >= 1))); then
-        wait -n 2>/dev/null || true
-    else
-        sleep 1 || true
-    fi
-}
-
-next=0
-while true; do
-    # reap the runs that have ended
-    busy=0
-    for ((k = 0; k < workers; k++)); do
-        [[ -n "${slot_pid[k]}" ]] || continue
-        if kill -0 "${slot_pid[k]}" 2>/dev/null; then  # (an unreaped zombie counts as busy: wait -n reaps it)
-            busy=$((busy + 1))
-        else
-            finish_run "$k"
-        fi
-    done
-    # fill free slots
-    if ((!interrupted)); then
-        for ((k = 0; k < workers && next < num_runs; k++)); do
-            if [[ -z "${slot_pid[k]}" ]]; then
-                start_run "$next" "$k"
-                next=$((next + 1))
-                busy=$((busy + 1))
-            fi
-        done
-    fi
-    ((busy)) || break
-    wait_for_any
-done
-trap - INT TERM
-
-if print_summary "$sweep_dir"; then
-    exit 0
-elif ((interrupted)); then
-    exit 130
-else
-    exit 1
+export -f run_in_slot
+export SLOT_CPUS="${slot_cpus[*]}"
+echo "$PROG: $plan; python: ${python[*]}"
+for i in "${todo[@]}"; do printf '%s\0%s\0' "${dirs[i]}" "$(run_command "$i")"; done |
+    xargs -0 -r -n 2 -P "$workers" --process-slot-var=SLOT bash -c 'run_in_slot "$@"' run || true
+if ((stopped)); then  # xargs has gone; the runs are saving their checkpoints: wait for each to let go of its lock
+    for dir in "${dirs[@]}"; do ! [[ -e "$dir/.lock" ]] || flock "$dir/.lock" true || true; done
 fi
+summary table && exit 0 || exit "$((stopped ? stopped : 1))"
 }

@@ -1,7 +1,8 @@
 """Summarise a sweep of ppo_continuous_envpool_jax.py runs from their TensorBoard event files.
 
-Reads every run directory `{env_id}__{exp_name}__{seed}__{unix_time}` directly under a runs directory,
-groups the runs by (env id, exp name) over seeds, and writes
+Reads every run directory `{env_id}__{exp_name}__{seed}` (benchmark.sh's) or `{env_id}__{exp_name}__{seed}__{time}`
+(a run started by hand, or by an older benchmark.sh) directly under a runs directory, groups the runs by (env id,
+exp name) over seeds, and writes
 
 * a Markdown report (also printed): per (env id, exp name) the final return, the best evaluation return and
   the wall-clock time, mean ± std over seeds, plus a per-run table;
@@ -21,8 +22,9 @@ all, e.g. the runs.csv of each sweep of a screen, kept after the run directories
 
 A sweep may still be running: a run that has logged fewer steps than the longest run of its (env id,
 exp name), or no scalar at all yet, is listed as "in progress" and left out of the means and curves. A
-run whose training diverged is listed as "diverged" and left out too, with a line on stderr. Other
-directories are skipped with a line on stderr, except `logs`, where benchmark.sh keeps the sweeps' logs.
+run whose training diverged, failed or was interrupted (its summary.json's status, where it has one) is listed
+as such and left out too, with a line on stderr. Other directories are skipped with a line on stderr, except
+`logs` (Slurm's logs of a benchmark.sh sweep; an older benchmark.sh's sweep logs).
 
 Definitions
   final return  the mean of the `charts/episodic_return` values logged in the last `--window-steps`
@@ -43,9 +45,13 @@ Definitions
   in progress   a run whose last step is below that of the longest run of its (env id, exp name), or
                 with no scalar event yet (a run that has just started): listed with what it has logged so
                 far, and left out of the means, of the seed counts behind them and of the curves.
-  diverged      a run that the training script stopped at a non-finite loss or parameter (its `failure`
-                text): listed, counted beside the seeds ("3 (+1 diverged)"), and left out like a run in
-                progress, so the means are over the seeds that did not diverge.
+  diverged      a run that the training script stopped at a non-finite loss or parameter (its summary.json
+                says so, or, without one, its `failure` text): listed, counted beside the seeds ("3 (+1
+                diverged)"), and left out like a run in progress, so the means are over the seeds that did not
+                diverge.
+  failed, interrupted
+                a run whose summary.json says it stopped early (an error; a signal, its checkpoint kept to resume
+                it): listed, counted and left out the same way.
   std           population standard deviation over seeds (numpy's default, ddof=0).
   curves        each seed's curve is linearly interpolated onto a common grid spanning the x range
                 that all seeds cover; the line is the mean over seeds, the band mean ± std. The eval curves
@@ -81,19 +87,20 @@ This tool reads the event files only; it does not import the training script.
 
 from __future__ import annotations
 
-import argparse
 import csv
+import json
 import math
 import re
 import struct
 import sys
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from itertools import combinations
 from pathlib import Path
-from typing import NamedTuple
+from typing import Literal, NamedTuple
 
 import numpy as np
+import tyro
 
 RETURN_TAG = "charts/episodic_return"
 EVAL_TAG = "eval/episodic_return"
@@ -104,11 +111,16 @@ EVAL_SUCCESS_TAG = "eval/success_rate"
 TRAINING_TAGS = (RETURN_TAG, SUCCESS_TAG)
 EVAL_TAGS = (EVAL_TAG, EVAL_SUCCESS_TAG)
 PNG_SIZE = (500, 300)  # pixels: figsize (5, 3) at dpi 100
-RUN_DIR = re.compile(r"^(?P<env_id>[^_].*?)__(?P<exp_name>.+)__(?P<seed>\d+)__(?P<time>\d+)$")
-SWEEP_LOGS = "logs"  # benchmark.sh's runs/logs/<sweep>/: not a run, skipped without a word
+# benchmark.sh's run directories have no time (the command fixes them), a run started by hand (and an older
+# benchmark.sh's) has one; summary.json's exp name and seed settle an exp name that ends in "__<digits>".
+RUN_DIR = re.compile(r"^(?P<env_id>[^_].*?)__(?P<exp_name>.+?)__(?P<seed>\d+)(?:__(?P<time>\d+))?$")
+RUN_DIR_TEXT = "{env_id}__{exp_name}__{seed}[__{time}]"
+EVENT_FILE = re.compile(r"^events\.out\.tfevents\.(\d+)\.")  # its number: when it was opened, in unix seconds
+SWEEP_LOGS = "logs"  # runs/logs/: Slurm's logs of a benchmark.sh sweep (an older one's sweep logs): not a run
 IN_PROGRESS = "in progress"
 INCLUDED = "included"
 DIVERGED = "diverged"
+ENDED_SHORT = ("failed", "interrupted")  # summary.json's statuses of a run that stopped before its end, left out
 FAILURE_TAG = "failure/text_summary"  # the training script's text when it stops at a non-finite value
 
 
@@ -196,7 +208,7 @@ class Run:
     env_id: str
     exp_name: str
     seed: int
-    start_time: int  # from the directory name
+    start_time: int  # from the directory name, else its first event file's
     path: Path
     empty: bool  # no scalar logged yet: the run has just started
     curves: dict[str, tuple[np.ndarray, np.ndarray]]  # tag -> (steps, values), for TRAINING_TAGS and EVAL_TAGS
@@ -207,7 +219,8 @@ class Run:
     window: float  # steps averaged over for final_return; nan when empty
     short: bool  # the run was shorter than --window-steps
     failure: str = ""  # what went non-finite, where training diverged
-    status: str = INCLUDED  # or IN_PROGRESS (empty, or behind the longest run of its group) or DIVERGED
+    summary: dict = field(default_factory=dict)  # its summary.json, where it has one: how it ended
+    status: str = INCLUDED  # or IN_PROGRESS (empty, or behind the longest run of its group), DIVERGED, ENDED_SHORT
     eval_at_max: float = math.nan  # its eval return where its group's mean eval curve peaks
     final_success: float = math.nan  # the mean success rate in the final-return window, where the task reports one
 
@@ -230,128 +243,78 @@ class Final(NamedTuple):
     eval_at_max: float  # nan where the run has no eval data
 
 
-class Parser(argparse.ArgumentParser):
-    def error(self, message):  # one line on stderr, like the training script
-        self.exit(2, f"{self.prog}: error: {message}\n")
+@dataclass
+class ReportArgs:
+    """The command line: `python report.py --help`."""
+
+    runs_dir: tyro.conf.Positional[Path] = Path("runs")
+    """directory of the run directories"""
+    finals: tyro.conf.UseAppendAction[list[Path]] = field(default_factory=list)
+    """compare the per-run finals of this CSV (columns env_id, exp_name, seed, final_return and optionally status,
+    eval_at_max, as in runs.csv) instead of reading RUNS_DIR; writes the comparison alone (a run, env id x exp name x
+    seed, may be in one of them only)"""
+    exp_name: tyro.conf.UseAppendAction[list[str]] = field(default_factory=list)
+    """only runs of this exp name"""
+    env_id: tyro.conf.UseAppendAction[list[str]] = field(default_factory=list)
+    """only runs of this env id"""
+    seed: tyro.conf.UseAppendAction[list[int]] = field(default_factory=list)
+    """only runs of this seed"""
+    out_dir: Path = Path("report")
+    """where to write the report, the PNGs and the CSVs"""
+    markdown: str = "benchmark.md"
+    """file name of the report in --out-dir"""
+    window_steps: int = 100_000
+    """final return: average over the last this many steps"""
+    short_run_fraction: float = 0.1
+    """final return of a run shorter than --window-steps: average over this last fraction of it"""
+    grid_points: int = 200
+    """points of the common grid the seeds' curves are interpolated on"""
+    reference: Literal["cleanrl", "suite", "tianshou"] = "tianshou"
+    """published figures each task's scores are normalised by (suite: the 15 tasks the defaults are chosen on, a
+    random policy scoring 0)"""
+    baseline: str | None = None
+    """divide each task's scores by this experiment's mean final return there, instead of --reference"""
+    against: str | None = None
+    """also compare every task's mean final return with this experiment's, in its standard errors"""
+    bootstrap_reps: int = 2000
+    """bootstrap resamples behind each confidence interval"""
+    bootstrap_seed: int = 0
+    """seed of the bootstrap's random numbers"""
+    plots: bool = True
+    """write the PNGs (--no-plots: the Markdown and the CSVs alone)"""
 
 
-def parse_args(argv=None) -> argparse.Namespace:
-    parser = Parser(
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog=(
-            "examples:\n"
-            "  uv run python report.py runs --exp-name mine --exp-name theirs\n"
-            "  -> report/benchmark.md, report/<env_id>_return_vs_steps.png, report/<env_id>_return_vs_time.png,\n"
-            "     report/<env_id>_eval_vs_steps.png when the runs logged eval/episodic_return,\n"
-            "     report/curves.csv, report/runs.csv and report/performance_profile.png\n"
-            "  uv run python report.py --finals docs/defaults-choice-finals.csv --out-dir report/defaults"
+EXAMPLES = """
+examples:
+  uv run python report.py runs --exp-name mine --exp-name theirs
+  -> report/benchmark.md, report/<env_id>_return_vs_steps.png, report/<env_id>_return_vs_time.png,
+     report/<env_id>_eval_vs_steps.png when the runs logged eval/episodic_return,
+     report/curves.csv, report/runs.csv and report/performance_profile.png
+  uv run python report.py --finals docs/defaults-choice-finals.csv --out-dir report/defaults
+"""
+
+
+def parse_args(argv=None) -> ReportArgs:
+    args = tyro.cli(ReportArgs, args=argv, description=__doc__ + EXAMPLES)
+    refusals = [
+        (args.window_steps <= 0, f"--window-steps must be positive, got {args.window_steps}"),
+        (
+            not 0 < args.short_run_fraction <= 1,
+            f"--short-run-fraction must be in (0, 1], got {args.short_run_fraction}",
         ),
-    )
-    parser.add_argument(
-        "runs_dir",
-        nargs="?",
-        default="runs",
-        type=Path,
-        metavar="RUNS_DIR",
-        help="directory of the run directories (default: runs)",
-    )
-    parser.add_argument(
-        "--finals",
-        action="append",
-        type=Path,
-        metavar="CSV",
-        help="compare the per-run finals of this CSV (columns env_id, exp_name, seed, final_return and optionally "
-        "status, eval_at_max, as in runs.csv) instead of reading RUNS_DIR; writes the comparison alone; "
-        "repeatable (a run, env id x exp name x seed, may be in one of them only)",
-    )
-    parser.add_argument("--exp-name", action="append", metavar="NAME", help="only runs of this exp name (repeatable)")
-    parser.add_argument("--env-id", action="append", metavar="ID", help="only runs of this env id (repeatable)")
-    parser.add_argument("--seed", action="append", type=int, metavar="N", help="only runs of this seed (repeatable)")
-    parser.add_argument(
-        "--out-dir",
-        type=Path,
-        metavar="DIR",
-        default=Path("report"),
-        help="where to write the report, the PNGs and the CSVs (default: report)",
-    )
-    parser.add_argument(
-        "--markdown",
-        default="benchmark.md",
-        metavar="NAME",
-        help="file name of the report in --out-dir (default: benchmark.md)",
-    )
-    parser.add_argument(
-        "--window-steps",
-        type=int,
-        default=100_000,
-        metavar="STEPS",
-        help="final return: average over the last this many steps (default: 100000)",
-    )
-    parser.add_argument(
-        "--short-run-fraction",
-        type=float,
-        default=0.1,
-        metavar="FRACTION",
-        help="final return of a run shorter than --window-steps: average over this last fraction of it (default: 0.1)",
-    )
-    parser.add_argument(
-        "--grid-points",
-        type=int,
-        default=200,
-        metavar="N",
-        help="points of the common grid the seeds' curves are interpolated on (default: 200)",
-    )
-    parser.add_argument(
-        "--reference",
-        choices=sorted(REFERENCES),
-        default="tianshou",
-        help="published figures each task's scores are normalised by (default: tianshou; suite: the 15 tasks the "
-        "defaults are chosen on, a random policy scoring 0)",
-    )
-    parser.add_argument(
-        "--baseline",
-        metavar="EXP",
-        help="divide each task's scores by this experiment's mean final return there, instead of --reference",
-    )
-    parser.add_argument(
-        "--against",
-        metavar="EXP",
-        help="also compare every task's mean final return with this experiment's, in its standard errors",
-    )
-    parser.add_argument(
-        "--bootstrap-reps",
-        type=int,
-        default=2000,
-        metavar="N",
-        help="bootstrap resamples behind each confidence interval (default: 2000)",
-    )
-    parser.add_argument(
-        "--bootstrap-seed",
-        type=int,
-        default=0,
-        metavar="SEED",
-        help="seed of the bootstrap's random numbers (default: 0)",
-    )
-    parser.add_argument("--no-plots", action="store_true", help="no PNGs (the Markdown and the CSVs are still written)")
-    args = parser.parse_args(argv)
-    if args.window_steps <= 0:
-        parser.error(f"--window-steps must be positive, got {args.window_steps}")
-    if not 0 < args.short_run_fraction <= 1:
-        parser.error(f"--short-run-fraction must be in (0, 1], got {args.short_run_fraction}")
-    if args.grid_points < 2:
-        parser.error(f"--grid-points must be at least 2, got {args.grid_points}")
-    if args.bootstrap_reps < 1:
-        parser.error(f"--bootstrap-reps must be positive, got {args.bootstrap_reps}")
-    for path in args.finals or []:
-        if not path.is_file():
-            parser.error(f"finals CSV not found: {path}")
-    if args.finals is None and not args.runs_dir.is_dir():
-        parser.error(f"runs directory not found: {args.runs_dir}")
-    if args.out_dir.exists() and not args.out_dir.is_dir():
-        parser.error(f"--out-dir {args.out_dir} is a file, not a directory")
-    if args.markdown in ("", ".", "..") or "/" in args.markdown:
-        parser.error(f"--markdown takes a file name in --out-dir, got {args.markdown!r}")
+        (args.grid_points < 2, f"--grid-points must be at least 2, got {args.grid_points}"),
+        (args.bootstrap_reps < 1, f"--bootstrap-reps must be positive, got {args.bootstrap_reps}"),
+        *((not path.is_file(), f"finals CSV not found: {path}") for path in args.finals),
+        (not args.finals and not args.runs_dir.is_dir(), f"runs directory not found: {args.runs_dir}"),
+        (args.out_dir.exists() and not args.out_dir.is_dir(), f"--out-dir {args.out_dir} is a file, not a directory"),
+        (
+            args.markdown in ("", ".", "..") or "/" in args.markdown,
+            f"--markdown takes a file name in --out-dir, got {args.markdown!r}",
+        ),
+    ]
+    for refused, message in refusals:
+        if refused:  # one line on stderr, like the training script
+            sys.exit(f"report.py: error: {message}")
     return args
 
 
@@ -360,17 +323,17 @@ def parse_args(argv=None) -> argparse.Namespace:
 # ---------------------------------------------------------------------------------------------------
 
 
-def selected(info: dict, args: argparse.Namespace) -> bool:
+def selected(info: dict, args: ReportArgs) -> bool:
     """Whether a run (a dict with env_id, exp_name and seed) passes the --exp-name, --env-id and --seed filters."""
     filters = [(args.exp_name, info["exp_name"]), (args.env_id, info["env_id"]), (args.seed, info["seed"])]
     return all(not wanted or value in wanted for wanted, value in filters)
 
 
-def find_run_dirs(runs_dir: Path, args: argparse.Namespace) -> list[tuple[dict, Path]]:
+def find_run_dirs(runs_dir: Path, args: ReportArgs) -> list[tuple[dict, Path]]:
     """Run directories with event files, the latest one of each (env id, exp name, seed).
 
-    Plain files and benchmark.sh's `logs` folder are passed over silently; any other directory that is not a
-    run gets one line on stderr, so that a misnamed run does not vanish from the report unnoticed.
+    Plain files and the `logs` folder are passed over silently; any other directory that is not a run gets one line
+    on stderr, so that a misnamed run does not vanish from the report unnoticed.
     """
     latest: dict[tuple, tuple[dict, Path]] = {}
     for path in sorted(runs_dir.iterdir()):
@@ -378,18 +341,20 @@ def find_run_dirs(runs_dir: Path, args: argparse.Namespace) -> list[tuple[dict, 
             continue
         match = RUN_DIR.match(path.name)
         if not match:
-            print(
-                f"report.py: skipping {path}: not a run directory {{env_id}}__{{exp_name}}__{{seed}}__{{time}}",
-                file=sys.stderr,
-            )
+            print(f"report.py: skipping {path}: not a run directory {RUN_DIR_TEXT}", file=sys.stderr)
             continue
         info = match.groupdict()
-        info["seed"], info["time"] = int(info["seed"]), int(info["time"])
+        summary_path = path / "summary.json"
+        info["summary"] = json.loads(summary_path.read_text()) if summary_path.is_file() else {}
+        info["exp_name"] = info["summary"].get("exp_name", info["exp_name"])
+        info["seed"] = int(info["summary"].get("seed", info["seed"]))
         if not selected(info, args):
             continue
-        if not any(path.glob("events.out.tfevents.*")):
+        opened = [int(m[1]) for file in path.iterdir() if (m := EVENT_FILE.match(file.name))]
+        if not opened:
             print(f"report.py: skipping {path}: no event file events.out.tfevents.*", file=sys.stderr)
             continue
+        info["time"] = int(info["time"] or min(opened))
         key = (info["env_id"], info["exp_name"], info["seed"])
         if key in latest:
             older, newer = sorted([latest[key], (info, path)], key=lambda item: item[0]["time"])
@@ -460,6 +425,7 @@ def load_run(info: dict, path: Path, window_steps: int, short_run_fraction: floa
         short=short,
         final_success=final_success,
         failure=failures[-1].tensor_proto.string_val[0].decode() if failures else "",
+        summary=info["summary"],
     )
 
 
@@ -510,8 +476,8 @@ def steps_cell(runs: list[Run]) -> str:
 
 
 def seeds_cell(runs: list[Run]) -> str:
-    """How many seeds the means are over, and how many more are listed: in progress, diverged."""
-    others = [(sum(run.status == status for run in runs), status) for status in (IN_PROGRESS, DIVERGED)]
+    """How many seeds the means are over, and how many more are listed: in progress, diverged, failed, interrupted."""
+    others = [(sum(run.status == status for run in runs), status) for status in (IN_PROGRESS, DIVERGED, *ENDED_SHORT)]
     listed = ", ".join(f"+{count} {status}" for count, status in others if count)
     return f"{sum(run.included for run in runs)}" + (f" ({listed})" if listed else "")
 
@@ -529,13 +495,13 @@ def max_eval_cell(runs: list[Run]) -> str:
     return text
 
 
-def filters_text(args: argparse.Namespace) -> str:
+def filters_text(args: ReportArgs) -> str:
     """ ", exp name `a`, `b`, seed 1, 2" for the filters given; "" for none."""
     filters = [("exp name", args.exp_name), ("env id", args.env_id), ("seed", args.seed)]
     return "".join(f", {label} {', '.join(f'`{value}`' for value in values)}" for label, values in filters if values)
 
 
-def render_comparison(args: argparse.Namespace, comparison: list[str]) -> str:
+def render_comparison(args: ReportArgs, comparison: list[str]) -> str:
     """The report of --finals: the comparison across tasks alone."""
     read = ", ".join(f"`{path}`" for path in args.finals)
     lines = ["# Comparison across tasks", "", f"Per-run finals read from {read}{filters_text(args)}.", ""]
@@ -594,7 +560,8 @@ def render_markdown(
         "",
         (
             f"**Status**: `{INCLUDED}` in the means above, or `{IN_PROGRESS}`: fewer steps than the longest run "
-            f"of its experiment (or none yet), left out, or `{DIVERGED}`: stopped at a non-finite value, left out. "
+            f"of its experiment (or none yet), left out, or `{DIVERGED}`: stopped at a non-finite value, left out, "
+            "or `failed` or `interrupted`: how its summary.json says it stopped early, left out. "
             f"**Last eval**: the run's last `{EVAL_TAG}`. The same rows, with each run's eval at max, are in "
             "`runs.csv`."
         ),
@@ -824,7 +791,7 @@ def number(cell: str) -> float:
     return float(cell) if cell.strip() else math.nan
 
 
-def read_finals(path: Path, args: argparse.Namespace) -> list[Final]:
+def read_finals(path: Path, args: ReportArgs) -> list[Final]:
     """The included runs of a per-run CSV that pass the filters; rows of another `status` are skipped (a
     diverged one with a line on stderr)."""
     required = ["env_id", "exp_name", "seed", "final_return"]
@@ -864,7 +831,7 @@ def read_finals(path: Path, args: argparse.Namespace) -> list[Final]:
     return finals
 
 
-def read_all_finals(paths: list[Path], args: argparse.Namespace) -> list[Final]:
+def read_all_finals(paths: list[Path], args: ReportArgs) -> list[Final]:
     """read_finals of each CSV; a run found twice (in two files, or twice in one) is an error, as it would
     count twice."""
     finals, where = [], {}
@@ -892,7 +859,7 @@ def note(message: str) -> None:
     print(f"report.py: {message}", file=sys.stderr)
 
 
-def reference_figures(finals: list[Final], args: argparse.Namespace) -> Reference:
+def reference_figures(finals: list[Final], args: ReportArgs) -> Reference:
     """What each task's scores are normalised by, with a description of it for the report."""
     if args.baseline is None:
         return REFERENCES[args.reference]
@@ -968,7 +935,7 @@ def score_matrix(finals, exp_name, tasks, score, reference: Reference) -> tuple[
     return np.array(scores), seeds
 
 
-def bootstrap(scores, statistic, args: argparse.Namespace) -> tuple[np.ndarray, np.ndarray]:
+def bootstrap(scores, statistic, args: ReportArgs) -> tuple[np.ndarray, np.ndarray]:
     """rliable's point estimate of statistic(scores) and its 95% percentile stratified-bootstrap interval.
 
     `scores` is one (runs, tasks) array, or a list of two, resampled independently, for a statistic of two
@@ -1061,7 +1028,7 @@ def against_control(finals: list[Final], control: str) -> list[str]:
     return lines
 
 
-def compare(finals: list[Final], args: argparse.Namespace) -> tuple[list[str], dict[str, np.ndarray]]:
+def compare(finals: list[Final], args: ReportArgs) -> tuple[list[str], dict[str, np.ndarray]]:
     """The Markdown of the comparison across tasks, and each experiment's normalised final returns (runs, tasks).
 
     Empty when no task can be compared.
@@ -1131,7 +1098,7 @@ def compare(finals: list[Final], args: argparse.Namespace) -> tuple[list[str], d
     return lines + against, matrices["final_return"]
 
 
-def plot_profile(matrices: dict[str, np.ndarray], out_dir: Path, args: argparse.Namespace) -> str:
+def plot_profile(matrices: dict[str, np.ndarray], out_dir: Path, args: ReportArgs) -> str:
     """The performance profile of the normalised final returns, with 95% CI bands; returns its file name."""
     plt = pyplot()
     from rliable import library, plot_utils
@@ -1156,14 +1123,12 @@ def plot_profile(matrices: dict[str, np.ndarray], out_dir: Path, args: argparse.
 # ---------------------------------------------------------------------------------------------------
 
 
-def load_groups(args: argparse.Namespace) -> dict[tuple[str, str], list[Run]]:
+def load_groups(args: ReportArgs) -> dict[tuple[str, str], list[Run]]:
     """The runs of RUNS_DIR by (env id, exp name), with their status and eval at max."""
     found = find_run_dirs(args.runs_dir, args)
     if not found:
         filters = " matching the filters" if filters_text(args) else ""
-        raise BadInput(
-            f"no run directories {{env_id}}__{{exp_name}}__{{seed}}__{{time}} with event files{filters} in {args.runs_dir}"
-        )
+        raise BadInput(f"no run directories {RUN_DIR_TEXT} with event files{filters} in {args.runs_dir}")
     groups: dict[tuple[str, str], list[Run]] = defaultdict(list)
     for info, path in found:
         run = load_run(info, path, args.window_steps, args.short_run_fraction)
@@ -1171,9 +1136,11 @@ def load_groups(args: argparse.Namespace) -> dict[tuple[str, str], list[Run]]:
     for runs in groups.values():
         longest = max(run.total_steps for run in runs)
         for run in runs:
-            if run.failure:
-                run.status = DIVERGED
-                print(f"report.py: {run.path} diverged ({run.failure}): left out of the means", file=sys.stderr)
+            ended = run.summary.get("status")  # how the run ended, where it says so; else from its events
+            if ended in ENDED_SHORT + (DIVERGED,) or (run.failure and not ended):
+                run.status = ended or DIVERGED
+                why = run.failure or run.summary.get("detail")
+                print(f"report.py: {run.path} {run.status} ({why}): left out of the means", file=sys.stderr)
             elif run.empty or run.total_steps < longest:
                 run.status = IN_PROGRESS
         logged = [run for run in runs if run.included]
@@ -1189,7 +1156,7 @@ def load_groups(args: argparse.Namespace) -> dict[tuple[str, str], list[Run]]:
 def main(argv=None) -> int:
     args = parse_args(argv)
     try:
-        if args.finals is None:
+        if not args.finals:
             groups = load_groups(args)
             finals = [
                 Final(run.env_id, run.exp_name, run.seed, run.final_return, run.eval_at_max)
@@ -1209,16 +1176,16 @@ def main(argv=None) -> int:
 
     args.out_dir.mkdir(parents=True, exist_ok=True)
     written = [args.markdown]
-    if matrices and not args.no_plots:
+    if matrices and args.plots:
         profile = plot_profile(matrices, args.out_dir, args)
         comparison += [
             "",
             f"![performance profile: the fraction of runs above each normalised final return]({profile})",
         ]
         written.append(profile)
-    if args.finals is None:
+    if not args.finals:
         plots: dict[str, list[str]] = {}
-        if not args.no_plots:
+        if args.plots:
             by_env: dict[str, dict[str, list[Run]]] = defaultdict(dict)
             for (env_id, exp_name), runs in groups.items():
                 logged = [run for run in runs if run.included]

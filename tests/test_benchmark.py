@@ -1,11 +1,12 @@
 """Tests of benchmark.sh (local and --slurm).
 
-The sweep test trains for real (4 tiny runs, two at a time: about half a minute on 2 cores); the
-orchestration tests (failures, pinning, Ctrl-C, sweeps killed with SIGKILL and continued, Slurm array)
-use a stub in place of Python that keeps the training script's side of the contract benchmark.sh
-states, so they take no training time. The real sweep (tests/conftest.py) is read back with the
-independent event-file reader of tests/support.py.
-The test against a real single-node Slurm is opt-in: RUN_SLURM_TESTS=1.
+The real sweep (tests/conftest.py: 4 tiny runs, two at a time) and the three tests of the issue that made a sweep a
+list of runs that finish themselves (a sweep killed with SIGKILL and run again, two launches of one sweep, the Slurm
+array's commands) train for real or run the real commands; the orchestration tests (failures, pinning, Ctrl-C,
+Slurm arrays) use a stub in place of Python that keeps the training script's side of the contract benchmark.sh relies
+on (--run-dir, its lock, summary.json), so they take no training time. What the runs did is read back from their
+event files with the independent reader of tests/support.py. The test against a real single-node Slurm is opt-in:
+RUN_SLURM_TESTS=1.
 """
 
 from __future__ import annotations
@@ -27,8 +28,10 @@ from tests.support import (
     BENCHMARK,
     REPO,
     REPORT,
+    SMALL,
     SWEEP_ENVS,
     USABLE_CPUS,
+    as_tensorboard_shows,
     benchmark,
     read_events,
     reference_run,
@@ -36,142 +39,14 @@ from tests.support import (
 
 pytestmark = pytest.mark.skipif(len(USABLE_CPUS) < 2, reason="the sweeps run two at a time: needs 2 usable cores")
 
+EXP = "ppo_continuous_envpool_jax"  # the training script's default --exp-name: the sweep's name when none is given
+
 
 def start_process(*command, env=None) -> subprocess.Popen:
-    """A command in the background, in a process group of its own (read its stdout with read_until,
-    then communicate)."""
+    """A command in the background, in a process group of its own, as a terminal starts a job."""
     return subprocess.Popen(
-        [*map(str, command)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=env,
-        start_new_session=True,
+        [*map(str, command)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, start_new_session=True
     )
-
-
-def read_until(fd: int, text: str, timeout: float) -> str:
-    """What the pipe `fd` gives until `text` has appeared, waiting at most `timeout` seconds in all."""
-    seen = b""
-    deadline = time.monotonic() + timeout
-    while text.encode() not in seen:
-        ready, _, _ = select.select([fd], [], [], max(deadline - time.monotonic(), 0))
-        assert ready, f"{text!r} did not appear within {timeout} s; got {seen.decode()!r}"
-        chunk = os.read(fd, 65536)
-        assert chunk, f"the pipe closed before {text!r}; got {seen.decode()!r}"
-        seen += chunk
-    return seen.decode()
-
-
-def kill_sweep(process: subprocess.Popen, sweep_dir: Path, whole_runs: bool = True):
-    """SIGKILL benchmark.sh and each running run's task (with whole_runs, its whole process group, as a
-    lost machine would; without, the training processes live on as orphans)."""
-    process.kill()
-    process.wait(timeout=10)
-    for lock in sweep_dir.glob("*.lock"):
-        pid = int(lock.read_text())  # the task that holds (or last held) the run's lock
-        try:
-            if b"--task" not in Path(f"/proc/{pid}/cmdline").read_bytes():
-                continue  # that task has ended, and its pid was taken by something else
-            (os.killpg if whole_runs else os.kill)(pid, signal.SIGKILL)
-        except (FileNotFoundError, ProcessLookupError):
-            continue
-
-
-def summary_rows(stdout: str) -> dict[tuple[str, int], dict]:
-    """The rows of benchmark.sh's summary table: (env, seed) -> status, action, return, log."""
-    lines = stdout.splitlines()
-    start = next(i for i, line in enumerate(lines) if line.startswith("env ") and "status" in line)
-    rows = {}
-    for line in lines[start + 1 :]:
-        if re.match(r"^\d+/\d+ runs succeeded", line):
-            break
-        env_id, seed, status, action, _duration, ret, log = line.split(maxsplit=6)
-        rows[(env_id, int(seed))] = {"status": status, "action": action, "return": ret, "log": log}
-    return rows
-
-
-def log_attempts(log: Path) -> list[str]:
-    """The commands of a run's attempts, in order (each attempt's "+ command" line)."""
-    return [line for line in log.read_text().splitlines() if line.startswith("+ ")]
-
-
-# ---------------------------------------------------------------------------------------------------
-# The real sweep
-# ---------------------------------------------------------------------------------------------------
-
-
-def test_sweep_runs_every_env_and_seed(sweep):
-    workdir, result = sweep
-    assert result.returncode == 0, result.stdout + result.stderr
-    rows = summary_rows(result.stdout)
-    assert set(rows) == {(env_id, seed) for env_id in SWEEP_ENVS for seed in (1, 2)}
-    cores_per_run = len(USABLE_CPUS) // 2
-    for (env_id, seed), row in rows.items():
-        assert row["status"] == "ok"
-        (run_dir,) = (workdir / "runs").glob(f"{env_id}__ppo_continuous_envpool_jax__{seed}__*")
-        ref = reference_run(run_dir)
-        # the flags reached the script: the sweep's env id, seed, thread share and pass-through flags
-        hp = ref["hyperparameters"]
-        assert (hp["env_id"], hp["seed"], hp["num_threads"]) == (env_id, str(seed), str(cores_per_run))
-        assert (hp["total_timesteps"], hp["num_envs"], hp["num_steps"]) == ("4096", "8", "64")
-        assert ref["total_steps"] == 4096
-        # the summary's return is the last one the run logged
-        assert row["return"] == f"{ref['last_return']:.1f}"
-        # the log holds the run's output after a line naming the cores (its own) and the command
-        log = Path(row["log"]).read_text()
-        assert "iteration=8/8 global_step=4096" in log
-        assert row["action"] == "started" and log.splitlines()[1].startswith("+ ")
-        pinned = re.match(r"# .*: started on \S+, cores (\S+)$", log.splitlines()[0])[1]
-        assert len(pinned.split(",")) == cores_per_run and {int(c) for c in pinned.split(",")} <= set(USABLE_CPUS)
-
-
-# ---------------------------------------------------------------------------------------------------
-# Failures through the real script
-# ---------------------------------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize(
-    "env_id, extra, reason",
-    [
-        ("NoSuchEnv-v0", ["--total-timesteps", "4096"], "unknown --env-id 'NoSuchEnv-v0'"),
-        ("InvertedPendulum-v4", ["--total-timesteps", "-5"], "--total-timesteps must be positive"),
-    ],
-)
-def test_failing_run_is_named_and_fails_the_sweep(tmp_path, env_id, extra, reason):
-    result = benchmark("--workdir", tmp_path, "--env-ids", env_id, "--seeds", 1, "--", *extra)
-    assert result.returncode == 1, result.stdout + result.stderr
-    assert summary_rows(result.stdout)[(env_id, 1)]["status"] == "failed(rc=1)"
-    named = [line for line in result.stdout.splitlines() if line.strip().startswith(f"{env_id} seed 1: failed")]
-    assert named and reason in named[0]
-
-
-# ---------------------------------------------------------------------------------------------------
-# The training script's side of the contract, and a real sweep killed and continued
-# ---------------------------------------------------------------------------------------------------
-
-PROGRESS = re.compile(r"iteration=(\d+)/(\d+) global_step=(\d+) return=(-|-?\d+(?:\.\d+)?) SPS=\d+(?: eval=-?\d+\.\d)?")
-
-
-def logged_run_dirs(log: Path) -> list[str]:
-    return re.findall(r"^run_dir=(.*)$", log.read_text(), re.MULTILINE)
-
-
-def test_training_script_keeps_the_contract(sweep):
-    """The lines benchmark.sh reads (its "training script's side" comment), as the real script prints them."""
-    workdir, result = sweep
-    for (env_id, seed), row in summary_rows(result.stdout).items():
-        lines = Path(row["log"]).read_text().splitlines()
-        (run_dir,) = logged_run_dirs(Path(row["log"]))
-        assert (workdir / run_dir).is_dir() and Path(run_dir).name.startswith(
-            f"{env_id}__ppo_continuous_envpool_jax__{seed}__"
-        )
-        progress = [line for line in lines if line.startswith("iteration=")]
-        assert lines.index(f"run_dir={run_dir}") < lines.index(progress[0])
-        assert all(PROGRESS.fullmatch(line) for line in progress), progress
-        *_, (iteration, num_iterations, global_step, _) = (PROGRESS.fullmatch(line).groups() for line in progress)
-        assert (iteration, num_iterations, global_step) == ("8", "8", "4096")
-        assert not list((workdir / run_dir).glob("*.model"))  # removed at a normal end (no --save-model)
 
 
 def wait_for(condition, timeout: float, what: str):
@@ -183,63 +58,153 @@ def wait_for(condition, timeout: float, what: str):
     return value
 
 
-def only(paths):
-    """The one path of `paths` (fails if there are none or several)."""
-    (path,) = paths
-    return path
+def summary_rows(stdout: str) -> dict[tuple[str, int], dict]:
+    """The rows of benchmark.sh's summary table: (env, seed) -> its columns."""
+    lines = stdout.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.split()[:3] == ["env", "seed", "status"])
+    rows = {}
+    for line in lines[start + 1 :]:
+        if re.match(r"^\d+/\d+ runs ok\.$", line):
+            return rows
+        env_id, seed, status, steps, ret, last_eval, _wall, run_dir = line.split(maxsplit=7)
+        rows[(env_id, int(seed))] = dict(status=status, steps=steps, ret=ret, last_eval=last_eval, run_dir=run_dir)
+    raise AssertionError(f"no end to the summary table in {stdout!r}")
 
 
-def file_states(run_dir: Path) -> dict[str, tuple[int, int]]:
-    return {path.name: (path.stat().st_size, path.stat().st_mtime_ns) for path in run_dir.iterdir()}
+def not_ok_lines(stdout: str) -> dict[tuple[str, int], str]:
+    """The summary's "Runs that are not ok" lines: (env, seed) -> the line."""
+    lines = stdout.split("Runs that are not ok:\n", 1)[1].splitlines() if "Runs that are not ok:" in stdout else []
+    named = {}
+    for line in lines:
+        if match := re.match(r"^  (\S+) seed (\d+): ", line):
+            named[(match[1], int(match[2]))] = line.strip()
+    return named
 
 
-def test_real_sweep_killed_with_sigkill_continues_where_it_stopped(tmp_path):
-    """Three tiny Hopper-v4 runs, one at a time, checkpointed after every iteration. The whole sweep
-    (benchmark.sh and each run's process group) is killed once seed 1 has finished and seed 2 has a
-    checkpoint; --continue then skips seed 1, resumes seed 2 in its own run directory, starts seed 3."""
-    process = start_process(
-        BENCHMARK, "--workdir", tmp_path, "--env-ids", "Hopper-v4", "--seeds", 3, "--workers", 1,
-        "--", "--total-timesteps", 4096, "--num-envs", 8, "--num-steps", 64, "--num-minibatches", 4,
-        "--update-epochs", 2, "--checkpoint-every-seconds", 1e-9,
-    )  # fmt: skip
-    sweep_dir = wait_for(lambda: next((tmp_path / "runs" / "logs").glob("*"), None), 60, "sweep directory")
-    log2 = sweep_dir / "Hopper-v4__2.log"
+def started(stdout: str) -> list[str]:
+    """The run directories the sweep started, in the order it started them."""
+    return re.findall(r"^\[[\d:]+\] start (\S+)", stdout, re.MULTILINE)
 
-    def checkpoint_of_seed_2():
-        return log2.exists() and logged_run_dirs(log2) and list((tmp_path / logged_run_dirs(log2)[0]).glob("*.model"))
+
+def attempts(run_dir: Path) -> int:
+    """How many times the training script (or the stub) set out to train in this run directory."""
+    return len(re.findall(r"^run_dir=", (run_dir / "output.log").read_text(), re.MULTILINE))
+
+
+def file_bytes(run_dir: Path) -> dict[str, bytes]:
+    return {path.name: path.read_bytes() for path in run_dir.iterdir() if path.name != ".lock"}
+
+
+# ---------------------------------------------------------------------------------------------------
+# The real sweep
+# ---------------------------------------------------------------------------------------------------
+
+
+def test_sweep_runs_every_env_and_seed_in_the_run_directories_the_command_fixes(sweep):
+    workdir, result = sweep
+    assert result.returncode == 0, result.stdout + result.stderr
+    expected = [(env_id, seed) for seed in (1, 2) for env_id in SWEEP_ENVS]
+    assert sorted(started(result.stdout)) == sorted(f"runs/{env_id}__{EXP}__{seed}" for env_id, seed in expected)
+    rows = summary_rows(result.stdout)
+    assert list(rows) == expected  # seed-major
+    cores_per_run = len(USABLE_CPUS) // 2
+    for (env_id, seed), row in rows.items():
+        run_dir = workdir / "runs" / f"{env_id}__{EXP}__{seed}"
+        assert row["run_dir"] == f"runs/{run_dir.name}" and row["status"] == "ok"
+        ref = reference_run(run_dir)
+        # the flags reached the script: the sweep's env id, seed, thread share and pass-through flags
+        hp = ref["hyperparameters"]
+        assert (hp["env_id"], hp["seed"], hp["num_threads"]) == (env_id, str(seed), str(cores_per_run))
+        assert (hp["total_timesteps"], hp["num_envs"], hp["num_steps"]) == ("4096", "8", "64")
+        # the summary's figures are the run's, read from its event files
+        eval_step, eval_return, _ = ref["eval_returns"][-1]
+        assert (row["steps"], row["ret"]) == ("4096/4096", f"{ref['final_return']:.1f}")
+        assert row["last_eval"] == f"{eval_return:.1f}@{eval_step}" and eval_step == 4096
+        # its output.log holds the run's output, the summary line last
+        log = (run_dir / "output.log").read_text().splitlines()
+        assert log[0] == f"run_dir=runs/{run_dir.name}" and "iteration=8/8 global_step=4096" in log[-2]
+        assert log[-1].startswith("summary: status=ok steps=4096/4096 ")
+        assert not list(run_dir.glob("*.model"))  # removed at a normal end (no --save-model)
+
+
+@pytest.mark.parametrize(
+    "env_id, extra, reason",
+    [
+        ("NoSuchEnv-v0", ["--total-timesteps", "4096"], "unknown --env-id 'NoSuchEnv-v0'"),
+        ("InvertedPendulum-v4", ["--total-timesteps", "-5"], "--total-timesteps must be positive"),
+    ],
+)
+def test_a_refused_run_is_named_and_fails_the_sweep(tmp_path, env_id, extra, reason):
+    """The script refuses such input before it trains, so it leaves no summary.json: the summary says so and names
+    the reason, the last line of the run's output."""
+    result = benchmark("--workdir", tmp_path, "--env-ids", env_id, "--seeds", 1, "--", *extra)
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert summary_rows(result.stdout)[(env_id, 1)]["status"] == "no-summary"
+    assert reason in not_ok_lines(result.stdout)[(env_id, 1)]
+    assert "0/1 runs ok." in result.stdout
+
+
+def test_a_sweep_killed_with_sigkill_and_run_again_with_the_same_command_completes(tmp_path):
+    """Three tiny Hopper-v4 runs, one at a time, checkpointed after every iteration. The sweep's whole process group
+    (benchmark.sh, xargs, the runs) is killed once seed 1 has finished and seed 2 has a checkpoint; the same command
+    then leaves seed 1 as it was (its event files unchanged), resumes seed 2 and starts seed 3."""
+    command = [
+        "--workdir", tmp_path, "--env-ids", "Hopper-v4", "--seeds", 3, "--workers", 1,
+        "--", *SMALL, "--total-timesteps", 4096, "--checkpoint-every-seconds", 1e-9,
+    ]  # fmt: skip
+    run_dirs = {seed: tmp_path / "runs" / f"Hopper-v4__{EXP}__{seed}" for seed in (1, 2, 3)}
+    process = start_process(BENCHMARK, *command)
 
     def seed_2_checkpointed_or_ended():
-        return checkpoint_of_seed_2() or (sweep_dir / "Hopper-v4__2.status").exists() or process.poll() is not None
+        return (
+            (run_dirs[2] / f"{EXP}.model").exists()
+            or (run_dirs[2] / "summary.json").exists()
+            or process.poll() is not None
+        )
 
     try:
         wait_for(seed_2_checkpointed_or_ended, 300, "checkpoint of seed 2")
     finally:
-        kill_sweep(process, sweep_dir)
+        os.killpg(process.pid, signal.SIGKILL)
     process.communicate(timeout=60)
-    assert (sweep_dir / "Hopper-v4__1.status").read_text().startswith("ok 0 ")
-    assert not (sweep_dir / "Hopper-v4__2.status").exists(), "seed 2 ended before it was killed"
-    assert not (sweep_dir / "Hopper-v4__3.log").exists()
-    (run_dir_1,) = (tmp_path / "runs").glob("Hopper-v4__*__1__*")
-    before = file_states(run_dir_1)
+    assert '"status": "ok"' in (run_dirs[1] / "summary.json").read_text()
+    assert not (run_dirs[2] / "summary.json").exists(), "seed 2 ended before it was killed"
+    assert not run_dirs[3].exists()
+    seed_1 = file_bytes(run_dirs[1])
 
-    result = benchmark("--continue", sweep_dir, timeout=300)
+    result = benchmark(*command)
     assert result.returncode == 0, result.stdout + result.stderr
-    rows = summary_rows(result.stdout)
-    assert {seed: (row["status"], row["action"]) for (_, seed), row in rows.items()} == {
-        1: ("ok", "skipped"), 2: ("ok", "resumed"), 3: ("ok", "started"),
-    }  # fmt: skip
-    # seed 1 was not repeated: its run directory untouched, no second one
-    assert file_states(run_dir_1) == before and len(list((tmp_path / "runs").glob("Hopper-v4__*__1__*"))) == 1
-    # seed 2 went on in its own run directory, seed 3 started once; both reached the full step count
-    run_dirs = {seed: only(tmp_path.glob(f"runs/Hopper-v4__*__{seed}__*")) for seed in (2, 3)}
-    first, again = log_attempts(sweep_dir / "Hopper-v4__2.log")
-    assert again == f"{first} --resume runs/{run_dirs[2].name}"
-    assert logged_run_dirs(sweep_dir / "Hopper-v4__2.log") == [f"runs/{run_dirs[2].name}"] * 2
-    assert len(log_attempts(sweep_dir / "Hopper-v4__3.log")) == 1
-    for seed, run_dir in run_dirs.items():
-        assert "iteration=8/8 global_step=4096" in (sweep_dir / f"Hopper-v4__{seed}.log").read_text()
-        assert max(event.step for event in read_events(run_dir)) == 4096
+    assert {seed: row["status"] for (_, seed), row in summary_rows(result.stdout).items()} == {
+        1: "ok",
+        2: "ok",
+        3: "ok",
+    }
+    assert started(result.stdout) == [f"runs/{run_dirs[seed].name}" for seed in (2, 3)]
+    assert file_bytes(run_dirs[1]) == seed_1  # not trained again: event files, log and summary as they were
+    # seed 2 went on from its checkpoint: its second attempt's first iteration is past the first
+    second_attempt = (run_dirs[2] / "output.log").read_text().split("run_dir=")[2]
+    first_iteration = int(re.search(r"^iteration=(\d+)/8 ", second_attempt, re.MULTILINE)[1])
+    assert attempts(run_dirs[2]) == 2 and first_iteration > 1
+    assert attempts(run_dirs[3]) == 1
+    for run_dir in run_dirs.values():
+        assert max(event.step for event in as_tensorboard_shows(read_events(run_dir))) == 4096
         assert not list(run_dir.glob("*.model"))
+
+
+def test_two_launches_of_one_sweep_at_once_train_each_run_once(tmp_path):
+    """The training script's lock on each run directory keeps the second launch's run of it waiting; once the
+    first has finished it, the second only prints its summary."""
+    command = [BENCHMARK, "--workdir", tmp_path, "--env-ids", "InvertedPendulum-v4", "--seeds", 2, "--workers", 1]
+    command += ["--", *SMALL, "--total-timesteps", 2048]
+    launches = [start_process(*command) for _ in range(2)]
+    outputs = [launch.communicate(timeout=300) for launch in launches]
+    for launch, (stdout, stderr) in zip(launches, outputs):
+        assert launch.returncode == 0, stdout + stderr
+        assert {row["status"] for row in summary_rows(stdout).values()} == {"ok"}
+    for seed in (1, 2):
+        run_dir = tmp_path / "runs" / f"InvertedPendulum-v4__{EXP}__{seed}"
+        assert len(list(run_dir.glob("events.out.tfevents.*"))) == 1
+        assert (run_dir / "output.log").read_text().count("iteration=1/4 ") == 1
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -247,62 +212,110 @@ def test_real_sweep_killed_with_sigkill_continues_where_it_stopped(tmp_path):
 # ---------------------------------------------------------------------------------------------------
 
 STUB = r"""#!/usr/bin/env bash
-# Stands in for "python ppo_continuous_envpool_jax.py", keeping the script's side of the contract that
-# benchmark.sh states (run_dir= first, a checkpoint while it runs, --resume RUN_DIR), and reports its
-# arguments and CPU affinity. Bad-v0 fails; Diverge-v0 keeps a checkpoint and fails as the script does when
-# training diverges; Block-v0 writes a checkpoint, says so on $STUB_FIFO and
-# blocks, unless it is resumed; Early-v0 says so and blocks without a checkpoint the first time it runs
-# (no runs/early-ran yet), then succeeds; Wait-v0 says so and waits for a line on $STUB_RELEASE, then
-# succeeds.
+# Stands in for "python ppo_continuous_envpool_jax.py", keeping the script's side of the contract benchmark.sh relies
+# on: --run-dir DIR is the run's, held by a lock on DIR/.lock (a second process waits); a run whose summary.json says
+# ok or diverged is not trained again, one with a checkpoint is resumed; every end of training writes summary.json
+# (ok, diverged, interrupted on SIGINT/SIGTERM with the checkpoint kept) and ends with the summary line. It reports
+# its arguments, CPU affinity and whether it started or resumed. Bad-v0 is refused before training (no summary.json);
+# Diverge-v0 diverges; Block-v0, unless resumed, writes a checkpoint, says "started PID" on $STUB_FIFO and waits for a
+# signal; Wait-v0 says so and waits for a line on $STUB_RELEASE. benchmark.sh's own Python (-c) is the real one.
+[[ "$1" != -c ]] || exec "@PYTHON@" "$@"
 shift
-args="$*" env_id="" seed="" run_dir=""
+args="$*"
 while (($#)); do
     case "$1" in
         --env-id) env_id=$2 ;;
         --seed) seed=$2 ;;
-        --resume) run_dir=$2 ;;
+        --run-dir) run_dir=$2 ;;
     esac
     shift
 done
-run_dir=${run_dir:-runs/${env_id}__stub__${seed}__$$}
-mkdir -p "$run_dir"
+exec 9>"$run_dir/.lock"
+flock -n 9 || { echo "waiting for the process that trains $run_dir to end" >&2; flock 9; }
+ended() {  # ended STATUS EXIT_CODE DETAIL: summary.json and the summary line
+    local steps=512
+    [[ "$1" != ok ]] || steps=1024
+    printf '{"status": "%s", "env_id": "%s", "seed": %s, "global_step": %s, "total_timesteps": 1024, "final_return": 12.5, "last_eval": null, "wall_seconds": 75.4, "detail": %s}\n' \
+        "$1" "$env_id" "$seed" "$steps" "$3" >"$run_dir/summary.json"
+    echo "summary: status=$1 steps=$steps/1024 run_dir=$run_dir"
+    exit "$2"
+}
+if grep -qE '"status": "(ok|diverged)"' "$run_dir/summary.json" 2>/dev/null; then
+    echo "summary: status=ended earlier run_dir=$run_dir"
+    exit 0
+fi
 echo "run_dir=$run_dir"
+[[ -e "$run_dir/stub.model" ]] && echo "resumed" || echo "started"
 echo "args: $args"
 grep Cpus_allowed_list /proc/self/status
 case "$env_id" in
     Bad-v0) echo "error: unknown --env-id 'Bad-v0'" >&2; exit 1 ;;
-    Diverge-v0)
-        touch "$run_dir/stub.model"
-        echo "error: training diverged: non-finite losses/v_loss = nan at iteration 2 (global_step 1024)" >&2; exit 1 ;;
+    Diverge-v0) touch "$run_dir/stub.model"; echo "error: training diverged" >&2; ended diverged 1 '"non-finite losses/v_loss"' ;;
     Block-v0)
-        touch "$run_dir/stub.model"
-        if [[ " $args " != *" --resume "* ]]; then echo "started $$" >"$STUB_FIFO"; exec sleep 600; fi ;;
-    Early-v0)
-        echo "logged before the first checkpoint" >"$run_dir/events"
-        if [[ ! -e runs/early-ran ]]; then touch runs/early-ran; echo "started $$" >"$STUB_FIFO"; exec sleep 600; fi ;;
-    Wait-v0) echo "started $$" >"$STUB_FIFO"; read -r _ <"$STUB_RELEASE" ;;  # goes on when released
+        if [[ ! -e "$run_dir/stub.model" ]]; then
+            touch "$run_dir/stub.model"
+            sleep 600 9>&- &
+            # The checkpoint takes a moment: the sweep must wait for it before it summarises.
+            trap 'kill $!; sleep 0.5; ended interrupted 130 "\"SIGINT\""' INT
+            trap 'kill $!; sleep 0.5; ended interrupted 143 "\"SIGTERM\""' TERM
+            echo "started $$" >"$STUB_FIFO"
+            wait
+        fi ;;
+    Wait-v0) echo "started $$" >"$STUB_FIFO"; read -r _ <"$STUB_RELEASE" ;;
 esac
-echo "iteration=1/2 global_step=512 return=12.5 SPS=10"
-echo "iteration=2/2 global_step=1024 return=- SPS=10"
 rm -f "$run_dir/stub.model"
+ended ok 0 null
 """
 
 
 @pytest.fixture
 def stub(tmp_path):
     path = tmp_path / "stub-python"
-    path.write_text(STUB)
+    path.write_text(STUB.replace("@PYTHON@", sys.executable))
     path.chmod(0o755)
     return path
+
+
+@pytest.fixture
+def fifo(tmp_path):
+    """A FIFO on which Block-v0 and Wait-v0 stubs say "started PID"; `fd` never blocks and keeps it open."""
+    path = tmp_path / "started"
+    os.mkfifo(path)
+    fd = os.open(path, os.O_RDWR)
+    yield path, fd
+    os.close(fd)
+
+
+def wait_started(fd: int) -> int:
+    """The pid of the next Block-v0 or Wait-v0 stub to start (bounded wait), read a byte at a time: a line that
+    another stub wrote just after stays in the FIFO for the next call."""
+    line = b""
+    while not line.endswith(b"\n"):
+        ready, _, _ = select.select([fd], [], [], 60)
+        assert ready, f"no stub said it started within 60 s; got {line!r}"
+        line += os.read(fd, 1)
+    return int(line.split()[1])
+
+
+def stub_log(workdir: Path, env_id: str, seed: int, exp_name: str = EXP) -> str:
+    return (workdir / "runs" / f"{env_id}__{exp_name}__{seed}" / "output.log").read_text()
+
+
+def expand_cpu_list(text: str) -> set[int]:
+    cpus = set()
+    for part in text.split(","):
+        lo, _, hi = part.partition("-")
+        cpus.update(range(int(lo), int(hi or lo) + 1))
+    return cpus
 
 
 def test_help_explains_every_flag():
     result = benchmark("--help")
     assert result.returncode == 0 and result.stderr == ""
     source = BENCHMARK.read_text()
-    parser = source[source.index("while (($#)); do") : source.index('\nparse_options "$@"')]
-    flags = set(re.findall(r"(?<![\w-])(--[a-z][a-z-]+)\)", parser)) | set(re.findall(r"\| (--[a-z][a-z-]+)", parser))
-    assert {"--env-ids", "--seeds", "--workers", "--python", "--slurm", "--wait", "--continue", "--task"} <= flags
+    parser = source[source.index("while (($#)); do") : source.index("\ndone\n")]
+    flags = set(re.findall(r"^\s+(?:-h \| )?(--[a-z][a-z-]+)\)", parser, re.MULTILINE))
+    assert {"--env-ids", "--seeds", "--workers", "--python", "--workdir", "--slurm", "--wait", "--dry-run"} <= flags
     for flag in flags:
         assert re.search(rf"^\s+(-\w, )?{flag}\b", result.stdout, re.MULTILINE), f"{flag} is not explained in --help"
     assert "Examples:" in result.stdout
@@ -318,18 +331,20 @@ def test_help_explains_every_flag():
         (["--workers", str(len(USABLE_CPUS) + 1)], "usable cores"),
         (["--cores-per-run", str(len(USABLE_CPUS) + 1)], "needs"),
         (["--env-ids", "Hopper-v4 ../x"], "is not an env id"),
+        (["--env-ids", "Hopper-v4,Hopper-v4"], "lists an env id twice"),
         (["--frobnicate"], "unknown option '--frobnicate'"),
         (["--wait"], "--wait only applies with --slurm"),
         (["--", "--seed", "3"], "do not pass --seed after --"),
+        (["--", "--run-dir=runs/x"], "do not pass --run-dir after --"),
         (["--python", "no-such-python-here"], "'no-such-python-here' not found"),
         (["--seeds"], "--seeds needs a value"),
         (["--", "--resume", "runs/x"], "do not pass --resume after --"),
         (["--", "--evaluate=runs/x"], "do not pass --evaluate after --: a sweep trains"),
         (["--", "--list-tasks"], "do not pass --list-tasks after --: a sweep trains"),
         (["--", "-h"], "do not pass -h after --"),
+        (["--", "--exp-name", "a/b"], "--exp-name must be a file name"),
         (["--first-seed", "2147483647", "--seeds", "2"], "the last seed, --first-seed + --seeds - 1, must be at most"),
         (["--seeds", "99999999999999999999"], "must be at most 2147483647"),
-        (["--task", "0"], "--task only applies with --continue"),
     ],
 )
 def test_bad_arguments_exit_2_with_one_line(tmp_path, args, message):
@@ -344,130 +359,103 @@ def test_bad_arguments_exit_2_with_one_line(tmp_path, args, message):
 
 
 def test_ok_and_failed_runs_pinning_and_threads(tmp_path, stub):
-    result = benchmark(
+    command = [
         "--workdir", tmp_path, "--python", stub, "--env-ids", "Good-v0,Bad-v0", "--seeds", 2, "--first-seed", 5,
-        "--workers", 2, "--", "--exp-name", "a b",
-    )  # fmt: skip
+        "--workers", 2, "--", "--exp-name=a b",
+    ]  # fmt: skip
+    result = benchmark(*command, cwd=REPO)
     assert result.returncode == 1
     rows = summary_rows(result.stdout)
     assert {key: row["status"] for key, row in rows.items()} == {
-        ("Good-v0", 5): "ok", ("Bad-v0", 5): "failed(rc=1)", ("Good-v0", 6): "ok", ("Bad-v0", 6): "failed(rc=1)",
+        ("Good-v0", 5): "ok", ("Bad-v0", 5): "no-summary", ("Good-v0", 6): "ok", ("Bad-v0", 6): "no-summary",
     }  # fmt: skip
-    assert rows[("Good-v0", 5)]["return"] == "12.5" and rows[("Bad-v0", 5)]["return"] == "-"
-    assert "2/4 runs succeeded." in result.stdout
+    # the figures are summary.json's
+    assert [rows[("Good-v0", 5)][key] for key in ("steps", "ret", "last_eval")] == ["1024/1024", "12.5", "-"]
+    assert rows[("Bad-v0", 5)]["ret"] == "-" and "2/4 runs ok." in result.stdout
     for seed in (5, 6):
-        assert f"Bad-v0 seed {seed}: failed(rc=1) -- error: unknown --env-id 'Bad-v0'" in result.stdout
+        assert "its output.log ends: error: unknown --env-id 'Bad-v0'" in not_ok_lines(result.stdout)[("Bad-v0", seed)]
     cores_per_run = len(USABLE_CPUS) // 2
     slots = [set(USABLE_CPUS[k * cores_per_run : (k + 1) * cores_per_run]) for k in range(2)]
-    for (env_id, seed), row in rows.items():
-        log = Path(row["log"]).read_text()
+    for env_id, seed in rows:
+        log = stub_log(tmp_path, env_id, seed, "a b")  # under --workdir, whatever the working directory
         args = re.search(r"^args: (.*)$", log, re.MULTILINE)[1]
-        assert args == f"--env-id {env_id} --seed {seed} --num-threads {cores_per_run} --exp-name a b"
-        allowed = re.search(r"Cpus_allowed_list:\s+(\S+)", log)[1]
-        assert expand_cpu_list(allowed) in slots  # the run saw only the cores of one slot
-    # --summary re-reads the same sweep and agrees
-    (sweep_dir,) = (tmp_path / "runs" / "logs").iterdir()
-    again = benchmark("--summary", sweep_dir)
-    assert again.returncode == 1 and summary_rows(again.stdout) == rows
+        run_dir = f"runs/{env_id}__a b__{seed}"
+        assert (
+            args == f"--run-dir {run_dir} --env-id {env_id} --seed {seed} --num-threads {cores_per_run} --exp-name=a b"
+        )
+        assert expand_cpu_list(re.search(r"Cpus_allowed_list:\s+(\S+)", log)[1]) in slots  # one slot's cores only
+    # --summary reads the same runs again, and runs nothing
+    again = benchmark(*command[:-2], "--summary", "--", "--exp-name=a b")
+    assert again.returncode == 1 and summary_rows(again.stdout) == rows and started(again.stdout) == []
 
 
-def test_a_diverged_run_is_a_result_that_continue_does_not_retry(tmp_path, stub):
-    """Resuming a diverged run from its last finite state would retry it until it survives: the sweep marks it
-    diverged, fails, and --continue leaves it, though it has a checkpoint (a failed run with one is resumed)."""
-    result = benchmark(
-        "--workdir", tmp_path, "--python", stub, "--env-ids", "Good-v0 Diverge-v0", "--seeds", 1, "--workers", 1
-    )  # fmt: skip
-    assert result.returncode == 1
-    rows = summary_rows(result.stdout)
-    assert {key: row["status"] for key, row in rows.items()} == {("Good-v0", 1): "ok", ("Diverge-v0", 1): "diverged"}
-    assert "Diverge-v0 seed 1: diverged -- error: training diverged: non-finite losses/v_loss" in result.stdout
-    assert "--continue" not in result.stdout  # nothing left for it to do
-    (sweep_dir,) = (tmp_path / "runs" / "logs").iterdir()
-    (run_dir,) = (tmp_path / "runs").glob("Diverge-v0__*")
-    assert (run_dir / "stub.model").exists()
-
-    again = benchmark("--continue", sweep_dir)
-    assert again.returncode == 1
-    assert {key: (row["status"], row["action"]) for key, row in summary_rows(again.stdout).items()} == {
-        ("Good-v0", 1): ("ok", "skipped"), ("Diverge-v0", 1): ("diverged", "skipped"),
-    }  # fmt: skip
-    assert "skip   Diverge-v0__1 (diverged earlier: a result, not retried)" in again.stdout
-    assert len(log_attempts(sweep_dir / "Diverge-v0__1.log")) == 1
-    dry = benchmark("--continue", sweep_dir, "--dry-run")
-    assert "# Diverge-v0__1: skipped (diverged earlier: a result, not retried)" in dry.stdout
-
-    # A sweep of an older benchmark.sh recorded it as failed: the log still tells, from the latest attempt.
-    status = sweep_dir / "Diverge-v0__1.status"
-    status.write_text(status.read_text().replace("diverged", "failed", 1))
-    older = benchmark("--continue", sweep_dir)
-    assert summary_rows(older.stdout)[("Diverge-v0", 1)] | {"log": "-"} == {
-        "status": "diverged", "action": "skipped", "return": "-", "log": "-",
-    }  # fmt: skip
-    # An attempt after the diverged one that failed otherwise: a failed run, resumed from its checkpoint.
-    status.write_text(status.read_text().replace("diverged", "failed", 1))
-    with open(sweep_dir / "Diverge-v0__1.log", "a") as log:
-        log.write("+ a later attempt\nerror: something else\n")
-    later = benchmark("--continue", sweep_dir)
-    assert summary_rows(later.stdout)[("Diverge-v0", 1)]["action"] == "resumed"
-
-
-def test_one_worker_gets_every_core(tmp_path, stub):
-    result = benchmark("--workdir", tmp_path, "--python", stub, "--env-ids", "Good-v0", "--seeds", 1)
+def test_one_worker_runs_seed_major_on_every_core(tmp_path, stub):
+    result = benchmark("--workdir", tmp_path, "--python", stub, "--env-ids", "Good-v0 Other-v0", "--seeds", 2)
     assert result.returncode == 0, result.stdout + result.stderr
-    log = Path(summary_rows(result.stdout)[("Good-v0", 1)]["log"]).read_text()
-    assert f"--num-threads {len(USABLE_CPUS)}" in log
-    assert expand_cpu_list(re.search(r"Cpus_allowed_list:\s+(\S+)", log)[1]) == set(USABLE_CPUS)
+    # seed 1 of every env id, then seed 2: a sweep cut short covers every env id
+    assert started(result.stdout) == [
+        f"runs/{env}__{EXP}__{seed}" for seed in (1, 2) for env in ("Good-v0", "Other-v0")
+    ]
+    for env_id, seed in summary_rows(result.stdout):
+        log = stub_log(tmp_path, env_id, seed)
+        assert f"--num-threads {len(USABLE_CPUS)}" in log
+        assert expand_cpu_list(re.search(r"Cpus_allowed_list:\s+(\S+)", log)[1]) == set(USABLE_CPUS)
 
 
-def expand_cpu_list(text: str) -> set[int]:
-    cpus = set()
-    for part in text.split(","):
-        lo, _, hi = part.partition("-")
-        cpus.update(range(int(lo), int(hi or lo) + 1))
-    return cpus
+RESTARTED = [("Block-v0", 1), ("Block-v0", 2), ("Good-v0", 2)]
 
 
-@pytest.fixture
-def fifo(tmp_path):
-    """A FIFO on which Block-v0 stubs say "started PID"; `fifo.fd` never blocks and keeps it open."""
-    path = tmp_path / "started"
-    os.mkfifo(path)
-    fd = os.open(path, os.O_RDWR)
-    yield path, fd
-    os.close(fd)
-
-
-def wait_started(fd: int) -> int:
-    """The pid of the next Block-v0 stub to start (bounded wait)."""
-    return int(read_until(fd, "\n", 60).split()[1])
-
-
-def test_interrupt_stops_runs_and_prints_summary(tmp_path, stub, fifo):
+def test_ctrl_c_stops_every_run_with_its_checkpoint_and_the_same_command_finishes_the_sweep(tmp_path, stub, fifo):
+    """Ctrl-C reaches the sweep's process group: no run starts after it, each running one saves its state, and the
+    sweep waits for them before it summarises (exit 130). The same command again skips what ended, resumes the
+    interrupted runs and starts the rest."""
     fifo_path, fd = fifo
-    process = start_process(
-        BENCHMARK, "--workdir", tmp_path, "--python", stub, "--env-ids", "Block-v0 Good-v0", "--seeds", 2, "--workers", 1,
-        env={**os.environ, "STUB_FIFO": str(fifo_path)},
-    )  # fmt: skip
+    env = {**os.environ, "STUB_FIFO": str(fifo_path)}
+    command = ["--workdir", tmp_path, "--python", stub, "--env-ids", "Block-v0 Good-v0", "--seeds", 2, "--workers", 2]
+    process = start_process(BENCHMARK, *command, env=env)
     try:
-        pid = wait_started(fd)
-        process.send_signal(signal.SIGINT)
+        pids = {wait_started(fd), wait_started(fd)}  # Block-v0 seeds 1 and 2 (Good-v0 seed 1 ended between them)
+        os.killpg(process.pid, signal.SIGINT)
         stdout, stderr = process.communicate(timeout=60)
     finally:
         process.kill()
     assert process.returncode == 130, stdout + stderr
-    assert "interrupted; stopping the running runs" in stderr
-    rows = summary_rows(stdout)
-    assert {key: row["status"] for key, row in rows.items()} == {
-        ("Block-v0", 1): "interrupted", ("Good-v0", 1): "not-started",
-        ("Block-v0", 2): "not-started", ("Good-v0", 2): "not-started",
+    assert {key: row["status"] for key, row in summary_rows(stdout).items()} == {
+        ("Block-v0", 1): "interrupted", ("Good-v0", 1): "ok", ("Block-v0", 2): "interrupted", ("Good-v0", 2): "not-run",
     }  # fmt: skip
-    assert "Block-v0 seed 1: interrupted" in stdout
-    # the blocked run's process is gone (or a zombie awaiting its reaper)
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except FileNotFoundError:
-        state = "gone"
-    assert state in {"gone", "Z", "X"}
+    assert not_ok_lines(stdout)[("Block-v0", 1)].startswith("Block-v0 seed 1: interrupted -- SIGINT [")
+    assert "The same command again resumes or starts the runs that have not ended." in stdout
+    for pid in pids:  # the runs' processes are gone
+        assert not Path(f"/proc/{pid}").exists() or Path(f"/proc/{pid}/stat").read_text().split()[2] in "ZX"
+
+    again = benchmark(*command, env=env)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert sorted(started(again.stdout)) == [f"runs/{name}__{EXP}__{seed}" for name, seed in RESTARTED]
+    assert {row["status"] for row in summary_rows(again.stdout).values()} == {"ok"}
+    for seed in (1, 2):
+        assert re.findall(r"^(started|resumed)$", stub_log(tmp_path, "Block-v0", seed), re.MULTILINE) == [
+            "started",
+            "resumed",
+        ]
+    assert attempts(tmp_path / "runs" / f"Good-v0__{EXP}__1") == 1
+
+
+def test_a_diverged_run_is_a_result_that_the_same_command_does_not_start_again(tmp_path, stub):
+    command = ["--workdir", tmp_path, "--python", stub, "--env-ids", "Good-v0 Diverge-v0", "--seeds", 1]
+    result = benchmark(*command)
+    assert result.returncode == 1
+    assert {key: row["status"] for key, row in summary_rows(result.stdout).items()} == {
+        ("Good-v0", 1): "ok", ("Diverge-v0", 1): "diverged",
+    }  # fmt: skip
+    assert not_ok_lines(result.stdout)[("Diverge-v0", 1)].startswith("Diverge-v0 seed 1: diverged -- non-finite")
+    assert "The same command again" not in result.stdout  # nothing left for it to do
+
+    dry = benchmark(*command, "--dry-run")
+    assert dry.returncode == 0 and "2 ended (skipped), 0 to run" in dry.stdout and "--env-id" not in dry.stdout
+    again = benchmark(*command)
+    assert again.returncode == 1 and started(again.stdout) == []
+    assert summary_rows(again.stdout)[("Diverge-v0", 1)]["status"] == "diverged"
+    assert attempts(tmp_path / "runs" / f"Diverge-v0__{EXP}__1") == 1
 
 
 def test_a_running_sweep_survives_its_script_being_rewritten(tmp_path, stub, fifo):
@@ -500,193 +488,113 @@ def test_a_running_sweep_survives_its_script_being_rewritten(tmp_path, stub, fif
     assert stderr == ""
 
 
-def test_continue_skips_finished_resumes_checkpointed_and_starts_the_rest(tmp_path, stub, fifo):
-    """A sweep killed with SIGKILL (benchmark.sh and its runs' process groups, no status for the running
-    run) is continued from its sweep.args alone: each run is done once."""
-    fifo_path, fd = fifo
-    env = {**os.environ, "STUB_FIFO": str(fifo_path)}
-    process = start_process(
-        BENCHMARK, "--workdir", tmp_path, "--python", stub, "--env-ids", "Good-v0 Block-v0 Fine-v0", "--seeds", 1,
-        "--workers", 1, "--", "--exp-name", "x", env=env,
-    )  # fmt: skip
-    wait_started(fd)
-    (sweep_dir,) = (tmp_path / "runs" / "logs").iterdir()
-    kill_sweep(process, sweep_dir)
-    process.communicate(timeout=60)
-    assert (sweep_dir / "Good-v0__1.status").read_text().startswith("ok 0 ")
-    assert not (sweep_dir / "Block-v0__1.status").exists() and not (sweep_dir / "Fine-v0__1.log").exists()
-
-    result = benchmark("--continue", sweep_dir, env=env, timeout=60)
-    assert result.returncode == 0, result.stdout + result.stderr
-    rows = summary_rows(result.stdout)
-    assert {key: (row["status"], row["action"]) for key, row in rows.items()} == {
-        ("Good-v0", 1): ("ok", "skipped"), ("Block-v0", 1): ("ok", "resumed"), ("Fine-v0", 1): ("ok", "started"),
-    }  # fmt: skip
-    assert rows[("Block-v0", 1)]["return"] == "12.5"
-    # the finished run ran once; the checkpointed one went on in its own run directory, with the sweep's flags
-    assert len(log_attempts(sweep_dir / "Good-v0__1.log")) == 1
-    assert len(list((tmp_path / "runs").glob("Good-v0__*"))) == 1
-    (block_dir,) = (tmp_path / "runs").glob("Block-v0__*")
-    first, second = log_attempts(sweep_dir / "Block-v0__1.log")
-    assert second == f"{first} --resume runs/{block_dir.name}" and "--exp-name x" in first
-    assert not list(block_dir.glob("*.model"))
-
-
-def test_continue_moves_a_run_killed_before_its_checkpoint_aside(tmp_path, stub, fifo):
-    """A run killed before its first checkpoint is started afresh; its earlier run directory leaves runs/
-    (report.py would list it beside the new one) for the sweep's abandoned/ folder, contents kept."""
-    fifo_path, fd = fifo
-    env = {**os.environ, "STUB_FIFO": str(fifo_path)}
-    process = start_process(
-        BENCHMARK, "--workdir", tmp_path, "--python", stub, "--env-ids", "Early-v0", "--seeds", 1, "--workers", 1,
-        env=env,
-    )  # fmt: skip
-    wait_started(fd)
-    (sweep_dir,) = (tmp_path / "runs" / "logs").iterdir()
-    (killed_dir,) = (tmp_path / "runs").glob("Early-v0__*")
-    kill_sweep(process, sweep_dir)
-    process.communicate(timeout=60)
-
-    result = benchmark("--continue", sweep_dir, env=env, timeout=60)
-    assert result.returncode == 0, result.stdout + result.stderr
-    assert summary_rows(result.stdout)[("Early-v0", 1)]["action"] == "started"
-    (new_dir,) = (tmp_path / "runs").glob("Early-v0__*")
-    assert new_dir != killed_dir
-    moved = sweep_dir / "abandoned" / killed_dir.name
-    assert (moved / "events").read_text() == "logged before the first checkpoint\n"
-    assert f"runs/{killed_dir.name} (no checkpoint) moved to" in result.stdout
-
-
-def test_continue_takes_the_sweep_from_its_directory(tmp_path, stub):
-    """Only resources may be given again; what defines the sweep comes from its sweep.args."""
-    first = benchmark("--workdir", tmp_path, "--python", stub, "--env-ids", "Good-v0", "--seeds", 1)
-    assert first.returncode == 0, first.stdout + first.stderr
-    (sweep_dir,) = (tmp_path / "runs" / "logs").iterdir()
-    for args, message in [
-        (["--continue", tmp_path / "nowhere"], "--continue: no sweep.args in"),
-        (["--continue", sweep_dir, "--seeds", 5], "--seeds cannot be given with --continue"),
-        (["--continue", sweep_dir, "--workdir", tmp_path], "--workdir cannot be given with --continue"),
-        (["--continue", sweep_dir, "--", "--total-timesteps", 5], "-- cannot be given with --continue"),
-        (["--continue", sweep_dir, "--task", 1], "--task must be a run index 0..0"),
-        (["--continue", sweep_dir, "--task", 0, "--dry-run"], "--dry-run does not apply with --task"),
-    ]:
-        result = benchmark(*args)
-        assert result.returncode == 2 and result.stderr.count("\n") == 1 and message in result.stderr, args
-    planned = benchmark("--continue", sweep_dir, "--dry-run")
-    assert planned.returncode == 0 and "# Good-v0__1: skipped (finished earlier)" in planned.stdout
-    again = benchmark("--continue", sweep_dir, "--workers", 1, "--no-pin")
-    assert again.returncode == 0 and summary_rows(again.stdout)[("Good-v0", 1)]["action"] == "skipped"
-
-
-def test_continue_never_runs_a_run_twice_at_once(tmp_path, stub, fifo):
-    """A run whose training process outlived its sweep (and its task) is waited for, then resumed."""
-    fifo_path, fd = fifo
-    env = {**os.environ, "STUB_FIFO": str(fifo_path)}
-    process = start_process(
-        BENCHMARK, "--workdir", tmp_path, "--python", stub, "--env-ids", "Block-v0", "--seeds", 1, env=env
-    )
-    orphan = wait_started(fd)
-    (sweep_dir,) = (tmp_path / "runs" / "logs").iterdir()
-    kill_sweep(process, sweep_dir, whole_runs=False)
-    try:
-        again = start_process(BENCHMARK, "--continue", sweep_dir, env=env)
-        read_until(again.stdout.fileno(), "wait   Block-v0__1: an earlier attempt", 60)
-        assert len(log_attempts(sweep_dir / "Block-v0__1.log")) == 1  # not started while the orphan lives
-    finally:
-        os.kill(orphan, signal.SIGKILL)
-    stdout, stderr = again.communicate(timeout=60)
-    process.communicate(timeout=60)
-    assert again.returncode == 0, stdout + stderr
-    assert summary_rows(stdout)[("Block-v0", 1)]["action"] == "resumed"
-    assert len(log_attempts(sweep_dir / "Block-v0__1.log")) == 2
-
-
 # ---------------------------------------------------------------------------------------------------
 # Slurm
 # ---------------------------------------------------------------------------------------------------
 
 FAKE_SBATCH = r"""#!/usr/bin/env bash
-# A stand-in for sbatch: records its arguments, then runs every array task of the script in turn
-# (unless FAKE_SLURM_HOLD is set: then the job stays queued for ever).
+# A stand-in for sbatch: records its arguments, then runs every array task of the script on its stdin in turn
+# (unless FAKE_SLURM_HOLD is set: then the job stays queued for ever), each with its output where --output says.
 echo "$*" >>"$FAKE_SLURM_LOG"
-script=${@: -1}
-array=$(sed -n 's/^#SBATCH --array=\([0-9]*\)-\([0-9]*\).*/\1 \2/p' "$script")
-cpus=$(sed -n 's/^#SBATCH --cpus-per-task=//p' "$script")
-out=$(sed -n 's/^#SBATCH --output=//p' "$script")
-workdir=$(sed -n 's/^#SBATCH --chdir=//p' "$script")
-for i in $(seq $array); do
-    [[ -n "${FAKE_SLURM_HOLD:-}" ]] ||
-        (cd "$workdir" && SLURM_ARRAY_TASK_ID=$i SLURM_CPUS_PER_TASK=$cpus bash "$script" >>"${out//%a/$i}" 2>&1)
+script=$(cat)
+read -r first last < <(sed -n 's/^#SBATCH --array=\([0-9]*\)-\([0-9]*\).*/\1 \2/p' <<<"$script")
+out=$(sed -n 's/^#SBATCH --output=//p' <<<"$script")
+name=$(sed -n 's/^#SBATCH --job-name=//p' <<<"$script")
+echo "Submitted batch job 4242"
+[[ -n "${FAKE_SLURM_HOLD:-}" ]] && exit 0
+for i in $(seq "$first" "$last"); do
+    log=${out//%x/$name} log=${log//%A/4242} log=${log//%a/$i}
+    SLURM_ARRAY_TASK_ID=$i bash -c "$script" >>"$log" 2>&1 || true
 done
-echo "4242;cluster"
 """
 
 
 @pytest.fixture
 def fake_slurm(tmp_path):
-    """The environment for benchmark.sh --slurm with FAKE_SBATCH and a squeue that sees no job."""
+    """The environment for benchmark.sh --slurm with FAKE_SBATCH."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     (bin_dir / "sbatch").write_text(FAKE_SBATCH)
-    (bin_dir / "squeue").write_text("#!/bin/sh\nexit 0\n")  # the job is no longer queued
-    for tool in ("sbatch", "squeue"):
-        (bin_dir / tool).chmod(0o755)
+    (bin_dir / "sbatch").chmod(0o755)
     return {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "FAKE_SLURM_LOG": str(tmp_path / "sbatch.args")}
 
 
-def test_slurm_array_with_fake_sbatch(tmp_path, stub, fake_slurm):
-    env = fake_slurm
-    result = benchmark(
+def test_slurm_array_with_requeue_and_wait(tmp_path, stub, fake_slurm):
+    command = [
         "--slurm", "--wait", "--workdir", tmp_path, "--python", stub, "--env-ids", "Good-v0 Bad-v0", "--seeds", 2,
         "--cores-per-run", 3, "--workers", 2, "--sbatch-args", "--time=00:10:00 --partition=debug",
-        "--", "--total-timesteps", 4096, env=env,
-    )  # fmt: skip
+        "--", "--total-timesteps", 4096,
+    ]  # fmt: skip
+    result = benchmark(*command, env=fake_slurm)
     assert result.returncode == 1, result.stdout + result.stderr
-    assert "Submitted Slurm job 4242" in result.stdout and "scancel 4242" in result.stdout
-    assert (tmp_path / "sbatch.args").read_text().startswith("--parsable --time=00:10:00 --partition=debug ")
-    (sweep_dir,) = (tmp_path / "runs" / "logs").iterdir()
-    script = (sweep_dir / "sweep.sbatch").read_text()
-    assert "#SBATCH --array=0-3%2\n" in script and "#SBATCH --cpus-per-task=3\n" in script
-    assert "#SBATCH --requeue\n" in script and '--task "$SLURM_ARRAY_TASK_ID"' in script
-    rows = summary_rows(result.stdout)
-    assert {key: row["status"] for key, row in rows.items()} == {
-        ("Good-v0", 1): "ok", ("Bad-v0", 1): "failed(rc=1)", ("Good-v0", 2): "ok", ("Bad-v0", 2): "failed(rc=1)",
+    assert "Submitted batch job 4242" in result.stdout
+    assert (tmp_path / "sbatch.args").read_text() == "--wait --time=00:10:00 --partition=debug\n"
+    assert {key: row["status"] for key, row in summary_rows(result.stdout).items()} == {
+        ("Good-v0", 1): "ok", ("Bad-v0", 1): "no-summary", ("Good-v0", 2): "ok", ("Bad-v0", 2): "no-summary",
     }  # fmt: skip
-    for (env_id, seed), row in rows.items():
-        args = re.search(r"^args: (.*)$", Path(row["log"]).read_text(), re.MULTILINE)[1]
-        assert args == f"--env-id {env_id} --seed {seed} --num-threads 3 --total-timesteps 4096"
-    assert "Bad-v0 seed 2: failed(rc=1) -- error: unknown --env-id 'Bad-v0'" in result.stdout
+    for env_id, seed in summary_rows(result.stdout):
+        args = re.search(r"^args: (.*)$", stub_log(tmp_path, env_id, seed), re.MULTILINE)[1]
+        assert (
+            args
+            == f"--run-dir runs/{env_id}__{EXP}__{seed} --env-id {env_id} --seed {seed} --num-threads 3 --total-timesteps 4096"
+        )
+    assert "Bad-v0 seed 2: no-summary -- it ended without one; its output.log ends: error: unknown" in result.stdout
+    # The same command again submits the runs that have not ended, and only those.
+    again = benchmark("--dry-run", *command, env=fake_slurm)
+    assert "#SBATCH --array=0-1%2\n" in again.stdout
+    assert re.findall(r"--env-id (\S+) --seed (\d+)", again.stdout) == [("Bad-v0", "1"), ("Bad-v0", "2")]
 
 
-def test_continued_slurm_sweep_is_submitted_again(tmp_path, stub, fake_slurm):
-    first = benchmark(
-        "--slurm", "--wait", "--workdir", tmp_path, "--python", stub, "--env-ids", "Good-v0 Bad-v0", "--seeds", 1,
-        "--sbatch-args", "--time=00:10:00", env=fake_slurm,
-    )  # fmt: skip
-    assert first.returncode == 1, first.stdout + first.stderr
-    (sweep_dir,) = (tmp_path / "runs" / "logs").iterdir()
-    again = benchmark("--continue", sweep_dir, "--wait", env=fake_slurm)
-    assert again.returncode == 1, again.stdout + again.stderr
-    first_call, second_call = (tmp_path / "sbatch.args").read_text().splitlines()
-    assert second_call == first_call  # the same sbatch options and batch script
-    rows = summary_rows(again.stdout)
-    assert {key: (row["status"], row["action"]) for key, row in rows.items()} == {
-        ("Good-v0", 1): ("ok", "skipped"), ("Bad-v0", 1): ("failed(rc=1)", "started"),
-    }  # fmt: skip
+def array_tasks(script: str) -> dict[int, str]:
+    """The commands of an array script's tasks: `case $SLURM_ARRAY_TASK_ID in` branches `i) COMMAND ;;`."""
+    return {int(i): command for i, command in re.findall(r"^(\d+)\) (.*) ;;$", script, re.MULTILINE)}
 
 
-def test_requeued_slurm_task_resumes_its_run(tmp_path, stub, fifo, fake_slurm):
-    """Slurm's SIGTERM (time limit, preemption) reaches every process of the task: the run keeps its
-    checkpoint and the task exits 143; run again (requeued), the same batch script resumes it."""
+def test_slurm_dry_run_prints_an_array_script_whose_tasks_run_the_local_commands(tmp_path, stub):
+    """Task i of the array runs, character for character, the command a local sweep runs for run i; run as Slurm
+    would run it, it trains run i in its run directory with the sweep's flags."""
+    sweep = ["--workdir", tmp_path, "--python", stub, "--env-ids", "Good-v0 Other-v0", "--seeds", 2, "--first-seed", 3]
+    sweep += ["--cores-per-run", 1, "--", "--exp-name", "x y", "--total-timesteps", 4096]
+    slurm = benchmark(
+        "--dry-run", "--slurm", "--workers", 3, "--job-name", "j", "--sbatch-args", "--time=1:00:00", *sweep
+    )
+    local = benchmark("--dry-run", *sweep)
+    assert slurm.returncode == 0 and local.returncode == 0, slurm.stderr + local.stderr
+    script = slurm.stdout.split("# sbatch --time=1:00:00 <<'EOF'\n", 1)[1].rsplit("EOF\n", 1)[0]
+    for line in ["--job-name=j", "--array=0-3%3", "--ntasks=1", "--cpus-per-task=1", "--requeue"]:
+        assert f"#SBATCH {line}\n" in script
+    assert f"#SBATCH --output={tmp_path}/runs/logs/%x-%A_%a.out\n" in script
+    assert list(array_tasks(script).values()) == [
+        line for line in local.stdout.splitlines() if not line.startswith("#")
+    ]
+    assert not list(tmp_path.glob("runs/*__*"))  # a dry run runs nothing
+
+    runs = [(env_id, seed) for seed in (3, 4) for env_id in ("Good-v0", "Other-v0")]  # seed-major
+    for task, (env_id, seed) in enumerate(runs):
+        env = {**os.environ, "SLURM_ARRAY_TASK_ID": str(task)}
+        done = subprocess.run(["bash", "-c", script], cwd=REPO, env=env, check=False, capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr
+        run_dir = f"runs/{env_id}__x y__{seed}"
+        args = re.search(r"^args: (.*)$", (tmp_path / run_dir / "output.log").read_text(), re.MULTILINE)[1]
+        assert (
+            args
+            == f"--run-dir {run_dir} --env-id {env_id} --seed {seed} --num-threads 1 --exp-name x y --total-timesteps 4096"
+        )
+        assert '"status": "ok"' in (tmp_path / run_dir / "summary.json").read_text()
+
+
+def test_a_requeued_slurm_task_resumes_its_run(tmp_path, stub, fifo, fake_slurm):
+    """Slurm's SIGTERM (time limit, preemption) reaches the task's processes: the run keeps its checkpoint and the task
+    exits 143; run again (requeued), the same array script resumes it."""
     fifo_path, fd = fifo
     env = {**fake_slurm, "FAKE_SLURM_HOLD": "1", "STUB_FIFO": str(fifo_path)}
-    submitted = benchmark(
-        "--slurm", "--workdir", tmp_path, "--python", stub, "--env-ids", "Block-v0", "--seeds", 1, env=env
-    )
+    command = ["--slurm", "--workdir", tmp_path, "--python", stub, "--env-ids", "Block-v0", "--seeds", 1]
+    submitted = benchmark(*command, env=env)
     assert submitted.returncode == 0, submitted.stdout + submitted.stderr
-    (sweep_dir,) = (tmp_path / "runs" / "logs").iterdir()
-    task_env = {**env, "SLURM_ARRAY_TASK_ID": "0", "SLURM_CPUS_PER_TASK": "1"}
-    task = start_process("bash", sweep_dir / "sweep.sbatch", env=task_env)
+    assert "Submitted batch job 4242" in submitted.stdout
+    script = benchmark(*command, "--dry-run", env=env).stdout.split("<<'EOF'\n", 1)[1].rsplit("EOF\n", 1)[0]
+    task_env = {**env, "SLURM_ARRAY_TASK_ID": "0"}
+    task = start_process("bash", "-c", script, env=task_env)
     try:
         wait_started(fd)
         os.killpg(task.pid, signal.SIGTERM)
@@ -694,13 +602,15 @@ def test_requeued_slurm_task_resumes_its_run(tmp_path, stub, fifo, fake_slurm):
     finally:
         task.kill()
     assert task.returncode == 143
-    assert (sweep_dir / "Block-v0__1.status").read_text().split()[:2] == ["interrupted", "143"]
-    requeued = start_process("bash", sweep_dir / "sweep.sbatch", env=task_env)
-    stdout, stderr = requeued.communicate(timeout=60)
-    assert requeued.returncode == 0, stdout + stderr
-    assert (sweep_dir / "Block-v0__1.status").read_text().split()[::4] == ["ok", "resumed"]
-    first, again = log_attempts(sweep_dir / "Block-v0__1.log")
-    assert again.startswith(f"{first} --resume runs/Block-v0__stub__1__")
+    run_dir = tmp_path / "runs" / f"Block-v0__{EXP}__1"
+    assert '"status": "interrupted"' in (run_dir / "summary.json").read_text()
+    requeued = subprocess.run(["bash", "-c", script], env=task_env, check=False, capture_output=True, text=True)
+    assert requeued.returncode == 0, requeued.stderr
+    assert re.findall(r"^(started|resumed)$", (run_dir / "output.log").read_text(), re.MULTILINE) == [
+        "started",
+        "resumed",
+    ]
+    assert '"status": "ok"' in (run_dir / "summary.json").read_text()
 
 
 def can_run_real_slurm() -> bool:
@@ -720,5 +630,5 @@ def test_real_single_node_slurm(tmp_path):
     assert result.returncode == 0, result.stdout[-5000:] + result.stderr[-5000:]
     assert "SLURM CHECK PASSED" in result.stdout
     for env_id in ("InvertedPendulum-v4", "Hopper-v4"):
-        assert list((tmp_path / "ok" / "runs").glob(f"{env_id}__*__1__*/events.out.tfevents.*"))
+        assert list((tmp_path / "ok" / "runs").glob(f"{env_id}__*__1/events.out.tfevents.*"))
     assert not math.isnan(reference_run(next((tmp_path / "ok" / "runs").glob("Hopper-v4__*")))["final_return"])

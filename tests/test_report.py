@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import json
 import re
 import subprocess
 import sys
@@ -140,6 +141,47 @@ def test_only_empty_runs_still_give_a_report(tmp_path, capsys):
     assert row["Seeds"] == "0 (+1 in progress)"
     assert row["Final return"] == row["Max eval return"] == row["Wall-clock [s]"] == "n/a"
     assert not list((tmp_path / "out").glob("*.png"))  # no curve to draw
+
+
+def write_summary(run_dir: Path, status: str, exp_name: str, seed: int, detail: str | None = None) -> None:
+    """The fields of the training script's summary.json that report.py reads."""
+    (run_dir / "summary.json").write_text(
+        json.dumps({"status": status, "exp_name": exp_name, "seed": seed, "detail": detail})
+    )
+
+
+def test_runs_of_benchmark_sh_and_of_old_sweeps_read_together_with_summary_json_saying_how_each_ended(tmp_path, capsys):
+    """benchmark.sh's run directories have no time in their name; older ones do. Where summary.json says how a run
+    ended, that is its status: an interrupted or failed run is left out whatever it logged."""
+    runs = tmp_path / "runs"
+    returns = {"charts/episodic_return": [(100, 1.0), (200, 2.0), (300, 3.0), (400, 4.0)]}
+    write_summary(write_run(runs, f"{ENV}__ppo__1", returns), "ok", "ppo", 1)
+    write_run(runs, f"{ENV}__ppo__2__100", {"charts/episodic_return": [(400, 6.0)]})  # an older sweep's run
+    write_summary(write_run(runs, f"{ENV}__ppo__3", returns), "interrupted", "ppo", 3, "SIGINT")
+    write_summary(write_run(runs, f"{ENV}__ppo__4", returns), "failed", "ppo", 4, "OSError: disk full")
+    write_summary(write_run(runs, f"{ENV}__ppo__5", returns), "diverged", "ppo", 5, "non-finite losses/v_loss")
+    # An exp name that ends in "__<digits>" reads as an older run's name; its summary.json says what it is.
+    write_summary(write_run(runs, f"{ENV}__lr__3__7", returns), "ok", "lr__3", 7)
+    (runs / "logs").mkdir()  # Slurm's logs of a sweep: not a run, passed over without a word
+
+    code, markdown, err = run_report(runs, tmp_path / "out", capsys, "--window-steps", "250")
+
+    assert code == 0
+    statuses = {name: row["Status"] for name, row in run_rows(markdown).items()}
+    assert statuses == {
+        f"{ENV}__ppo__1": "included", f"{ENV}__ppo__2__100": "included", f"{ENV}__ppo__3": "interrupted",
+        f"{ENV}__ppo__4": "failed", f"{ENV}__ppo__5": "diverged", f"{ENV}__lr__3__7": "included",
+    }  # fmt: skip
+    rows = group_rows(markdown)
+    assert rows["ppo"]["Seeds"] == "2 (+1 diverged, +1 failed, +1 interrupted)"
+    assert rows["ppo"]["Final return"] == "4.50 ± 1.50"  # seeds 1 (2, 3, 4) and 2 (6)
+    assert (rows["lr__3"]["Seeds"], rows["lr__3"]["Final return"]) == ("1", "3.00")
+    assert {int(row["Seed"]) for row in parse_markdown_table(markdown, ["Environment", "Experiment", "Seed"])} == {
+        1, 2, 3, 4, 5, 7,
+    }  # fmt: skip
+    assert f"report.py: {runs / f'{ENV}__ppo__4'} failed (OSError: disk full): left out of the means" in err
+    assert f"report.py: {runs / f'{ENV}__ppo__5'} diverged (non-finite losses/v_loss): left out of the means" in err
+    assert "logs" not in err
 
 
 def test_stray_directories_get_one_line_each_and_logs_none(tmp_path, capsys):

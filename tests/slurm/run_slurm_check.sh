@@ -6,8 +6,9 @@
 # accounting), starts munged, slurmctld and slurmd, then
 #   1. submits a tiny sweep (2 env ids x 1 seed, 4096 steps) with benchmark.sh --slurm --wait and
 #      checks that it succeeds and that every run directory with its event file appears;
-#   2. submits a sweep with a bogus env id and checks that benchmark.sh exits non-zero naming it;
-#   3. runs report.py on the first sweep.
+#   2. runs the same command again: every run has ended, so nothing is submitted and it exits 0;
+#   3. submits a sweep with a bogus env id and checks that benchmark.sh exits non-zero naming it;
+#   4. runs report.py on the first sweep.
 # Daemons this script started are stopped at the end unless --keep-running is given.
 #
 # Usage: tests/slurm/run_slurm_check.sh [--keep-running] [--workdir DIR]
@@ -21,7 +22,7 @@ while (($#)); do
     case "$1" in
         --keep-running) keep_running=1 ;;
         --workdir) workdir=$2; shift ;;
-        -h | --help) sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        -h | --help) sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) echo "run_slurm_check.sh: error: unknown option '$1'" >&2; exit 2 ;;
     esac
     shift
@@ -149,31 +150,39 @@ mkdir -p "$workdir/ok" "$workdir/fail"
 envs="InvertedPendulum-v4 Hopper-v4"
 say "1. a tiny sweep: $envs x 1 seed, through benchmark.sh --slurm --wait"
 status=0
-run "$REPO/benchmark.sh" --slurm --wait --workdir "$workdir/ok" --env-ids "$envs" --seeds 1 --cores-per-run 1 \
-    --job-name bench-check -- --total-timesteps 4096 --num-envs 8 --num-steps 64 || status=$?
+sweep=("$REPO/benchmark.sh" --slurm --wait --workdir "$workdir/ok" --env-ids "$envs" --seeds 1 --cores-per-run 1
+    -- --total-timesteps 4096 --num-envs 8 --num-steps 64)
+# sweep_out ARGS...: runs benchmark.sh with ARGS, shows its output and exit status, sets $out, $status and $job
+sweep_out() {
+    echo "+ $*"
+    status=0
+    out=$("$@" 2>&1) || status=$?
+    printf '%s\n(exit status %s)\n' "$out" "$status"
+    job=$(sed -n 's/^Submitted batch job //p' <<<"$out")
+}
+sweep_out "${sweep[@]}"
 ((status == 0)) || fail "benchmark.sh --slurm --wait exited $status"
-sweep_dirs=("$workdir"/ok/runs/logs/*)
-run cat "${sweep_dirs[0]}/slurm-0.out" "${sweep_dirs[0]}/slurm-1.out"
-show_job "$(cat "${sweep_dirs[0]}/slurm_job_id")"
+run cat "$workdir"/ok/runs/logs/*.out
+show_job "$job"
 for env_id in $envs; do
-    found=$(ls "$workdir"/ok/runs/"${env_id}"__*__1__*/events.out.tfevents.* 2>/dev/null || true)
+    found=$(ls "$workdir"/ok/runs/"${env_id}"__*__1/events.out.tfevents.* 2>/dev/null || true)
     [[ -n "$found" ]] || fail "no run directory with an event file for $env_id in $workdir/ok/runs"
     echo "ok: $found"
 done
 
-say "2. a failing sweep (bogus env id) must exit non-zero and name the run"
-status=0
-echo "+ $REPO/benchmark.sh --slurm --wait --workdir $workdir/fail --env-ids NoSuchEnv-v0 --seeds 1 --job-name bench-check-fail -- --total-timesteps 4096"
-out=$("$REPO/benchmark.sh" --slurm --wait --workdir "$workdir/fail" --env-ids "NoSuchEnv-v0" --seeds 1 \
-    --job-name bench-check-fail -- --total-timesteps 4096 2>&1) || status=$?
-echo "$out"
-echo "(exit status $status)"
-((status != 0)) || fail "a failing sweep exited 0"
-grep -q "NoSuchEnv-v0 seed 1: failed" <<<"$out" || fail "the failed run is not named"
-sweep_dirs=("$workdir"/fail/runs/logs/*)
-show_job "$(cat "${sweep_dirs[0]}/slurm_job_id")"
+say "2. the same command again: every run has ended, nothing to submit"
+sweep_out "${sweep[@]}"
+((status == 0)) || fail "the same command again exited $status"
+[[ -z "$job" ]] || fail "the same command again submitted job $job"
 
-say "3. report.py on the first sweep"
+say "3. a failing sweep (bogus env id) must exit non-zero and name the run"
+sweep_out "$REPO/benchmark.sh" --slurm --wait --workdir "$workdir/fail" --env-ids NoSuchEnv-v0 --seeds 1 \
+    --job-name bench-check-fail -- --total-timesteps 4096
+((status != 0)) || fail "a failing sweep exited 0"
+grep -q "NoSuchEnv-v0 seed 1: no-summary -- .*unknown --env-id" <<<"$out" || fail "the failed run is not named"
+show_job "$job"
+
+say "4. report.py on the first sweep"
 run uv run --frozen --project "$REPO" python "$REPO/report.py" "$workdir/ok/runs" --out-dir "$workdir/report" --no-plots \
     --env-id InvertedPendulum-v4 --env-id Hopper-v4 2>&1
 
