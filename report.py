@@ -143,6 +143,9 @@ TIANSHOU = {
     "Swimmer-v4": 66.7,
     "Reacher-v4": -4.1,
 }
+# CleanRL's ppo_continuous_action.py on DeepMind Control: its ppo.md table, 1M steps, 3 seeds (the 15-task
+# suite's figures: the screens were scored by them), and its rpo.md tables, 8M steps, 10 seeds, for PPO and
+# RPO. Each the mean over seeds of a run's last 100 training returns.
 CLEANRL_DMC = {
     "CartpoleSwingup-v1": 640.86,
     "CheetahRun-v1": 432.56,
@@ -150,6 +153,20 @@ CLEANRL_DMC = {
     "WalkerRun-v1": 125.92,
     "FingerSpin-v1": 590.49,
     "ReacherHard-v1": 443.80,
+}
+CLEANRL_DMC_8M = {  # task: (PPO, RPO)
+    "AcrobotSwingup-v1": (26.87, 42.97),
+    "PendulumSwingup-v1": (472.19, 774.30),
+    "QuadrupedRun-v1": (171.50, 367.98),
+    "FingerTurnHard-v1": (83.76, 259.99),
+    "WalkerStand-v1": (439.24, 734.74),
+    "HumanoidWalk-v1": (8.92, 77.00),
+    "CheetahRun-v1": (472.14, 565.51),
+    "WalkerWalk-v1": (305.74, 787.11),
+    "WalkerRun-v1": (128.18, 391.56),
+    "CartpoleSwingup-v1": (590.21, 613.46),
+    "FingerSpin-v1": (630.06, 848.67),
+    "ReacherHard-v1": (637.84, 576.81),
 }
 # The mean return of uniformly random actions, 100 episodes from seed 0: `python random_returns.py`.
 RANDOM_RETURNS = {
@@ -190,11 +207,21 @@ REFERENCES = {
     "suite": Reference(
         (
             "the 15-task suite the defaults are chosen on: tianshou's 1M-step figure on its nine gym tasks, CleanRL's "
-            "8M-step final training return (10 seeds) on six DeepMind Control tasks, with a uniformly random "
+            "1M-step final training return (3 seeds) on six DeepMind Control tasks, with a uniformly random "
             "policy's return as 0 on all 15"
         ),
         TIANSHOU | CLEANRL_DMC,
         RANDOM_RETURNS,
+    ),
+    "cleanrl-dmc-8m": Reference(
+        "CleanRL's ppo_continuous_action.py on DeepMind Control (its rpo.md): the final training return, 10 seeds, 8M steps",
+        {task: ppo for task, (ppo, _) in CLEANRL_DMC_8M.items()},
+        {},
+    ),
+    "rpo-dmc-8m": Reference(
+        "CleanRL's RPO, rpo_continuous_action.py, on DeepMind Control (its rpo.md): the final training return, 10 seeds, 8M steps",
+        {task: rpo for task, (_, rpo) in CLEANRL_DMC_8M.items()},
+        {},
     ),
 }
 # The per-run CSV, runs.csv: written from the event files, read back by --finals.
@@ -269,7 +296,7 @@ class ReportArgs:
     """final return of a run shorter than --window-steps: average over this last fraction of it"""
     grid_points: int = 200
     """points of the common grid the seeds' curves are interpolated on"""
-    reference: Literal["cleanrl", "suite", "tianshou"] = "tianshou"
+    reference: Literal["cleanrl", "suite", "tianshou", "cleanrl-dmc-8m", "rpo-dmc-8m"] = "tianshou"
     """published figures each task's scores are normalised by (suite: the 15 tasks the defaults are chosen on, a
     random policy scoring 0)"""
     baseline: str | None = None
