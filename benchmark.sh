@@ -179,7 +179,7 @@ run_command() {
 }
 
 # summary plan|table: how each run stands: its summary.json's status, else "running" (its lock is held),
-# "no-summary" (it ended without writing one: killed, or its input refused) or "not-run". `plan` prints the
+# "no-summary" (it ended without writing one: killed) or "not-run". `plan` prints the
 # runs that have not ended; `table` the sweep's summary, and exits 0 when every run is ok, else 1.
 read -r -d '' summary_py <<'EOF' || true
 import fcntl, json, sys

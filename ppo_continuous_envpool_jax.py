@@ -1616,34 +1616,41 @@ def run_training(args: Args, checkpoint: dict | None, command: list[str]):
             writer.close()
         if wandb is not None:
             wandb.finish()
-        final_return, final_success = record.final(global_step)
-        summary = {
-            "status": status,
-            "env_id": args.env_id,
-            "exp_name": args.exp_name,
-            "seed": args.seed,
-            "global_step": global_step,
-            "total_timesteps": args.num_iterations * args.batch_size,
-            "final_return": final_return,
-            "final_success": final_success,
-            "last_eval": record.last_eval,
-            "wall_seconds": record.wall_seconds(),
-            "detail": detail,
-            "run_dir": run_dir,
-            "model": model_path if os.path.exists(model_path) else None,
-            "command": command,
-            "versions": {
-                "python": platform.python_version(),
-                **{module.__name__: module.__version__ for module in (jax, envpool, flax, np)},
-            },
-            "family": family_name(args.env_id),
-        }
-        write_atomically(os.path.join(run_dir, "summary.json"), json.dumps(summary, indent=1).encode())
-        print(summary_line(summary), flush=True)
+        model = model_path if os.path.exists(model_path) else None
+        end_run(run_dir, command, status, detail, args, record, global_step, model)
     if status == "diverged":
         sys.exit(1)
     if status == "interrupted":
         sys.exit(128 + stop.signum)
+
+
+def end_run(run_dir, command, status, detail, args=None, record=None, global_step=0, model=None):
+    """Say how the run ended: summary.json in its run directory and the summary line. Without `args` and
+    `record`, the run's input was refused and it ended before it began."""
+    final_return, final_success = record.final(global_step) if record else (None, None)
+    summary = {
+        "status": status,
+        "env_id": args and args.env_id,
+        "exp_name": args and args.exp_name,
+        "seed": args and args.seed,
+        "global_step": global_step,
+        "total_timesteps": args and args.num_iterations * args.batch_size,
+        "final_return": final_return,
+        "final_success": final_success,
+        "last_eval": record and record.last_eval,
+        "wall_seconds": record and record.wall_seconds(),
+        "detail": detail,
+        "run_dir": run_dir,
+        "model": model,
+        "command": command,
+        "versions": {
+            "python": platform.python_version(),
+            **{module.__name__: module.__version__ for module in (jax, envpool, flax, np)},
+        },
+        "family": args and family_name(args.env_id),
+    }
+    write_atomically(os.path.join(run_dir, "summary.json"), json.dumps(summary, indent=1).encode())
+    print(summary_line(summary), flush=True)
 
 
 def summary_line(summary: dict) -> str:
@@ -1652,18 +1659,17 @@ def summary_line(summary: dict) -> str:
     def figure(value, digits=1):
         return "-" if value is None else f"{value:.{digits}f}"
 
-    last_eval = summary["last_eval"]
-    minutes, seconds = divmod(round(summary["wall_seconds"]), 60)
+    last_eval, wall = summary["last_eval"], summary["wall_seconds"]
     parts = [
         f"summary: status={summary['status']}",
-        f"steps={summary['global_step']}/{summary['total_timesteps']}",
+        f"steps={summary['global_step']}/{summary['total_timesteps'] or '-'}",
         f"final_return={figure(summary['final_return'])}",
     ]
     if summary["final_success"] is not None:
         parts.append(f"final_success={figure(summary['final_success'], 2)}")
     parts += [
         f"last_eval={figure(last_eval['return'])}@{last_eval['global_step']}" if last_eval else "last_eval=-",
-        f"wall={minutes}m{seconds:02d}s",
+        "wall=-" if wall is None else "wall={}m{:02d}s".format(*divmod(round(wall), 60)),
         f"run_dir={summary['run_dir']}",
         f"model={summary['model'] or '-'}",
     ]
@@ -1711,7 +1717,12 @@ def main(cli_args: list[str] | None = None):
             if run_dir and (summary := finished_summary(run_dir)):  # the run has ended: nothing to do
                 print(summary_line(summary))
                 sys.exit(0 if summary["status"] == "ok" else 1)
-            args, checkpoint = parse_args(cli_args)
+            try:
+                args, checkpoint = parse_args(cli_args)
+            except SystemExit as error:
+                if run_dir and isinstance(error.code, str):  # refused: the run has ended, failed, before it began
+                    end_run(run_dir, [os.path.basename(__file__), *cli_args], "failed", error.code)
+                raise
             # Fail before training, not after it, when video cannot be rendered.
             gl_context = open_gl_context(*VIDEO_SIZE) if args.capture_video else None
             if args.evaluate:

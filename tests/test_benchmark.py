@@ -135,11 +135,10 @@ def test_sweep_runs_every_env_and_seed_in_the_run_directories_the_command_fixes(
     ],
 )
 def test_a_refused_run_is_named_and_fails_the_sweep(tmp_path, env_id, extra, reason):
-    """The script refuses such input before it trains, so it leaves no summary.json: the summary says so and names
-    the reason, the last line of the run's output."""
+    """The script refuses such input before it trains, and its summary.json says so: failed, and why."""
     result = benchmark("--workdir", tmp_path, "--env-ids", env_id, "--seeds", 1, "--", *extra)
     assert result.returncode == 1, result.stdout + result.stderr
-    assert summary_rows(result.stdout)[(env_id, 1)]["status"] == "no-summary"
+    assert summary_rows(result.stdout)[(env_id, 1)]["status"] == "failed"
     assert reason in not_ok_lines(result.stdout)[(env_id, 1)]
     assert "0/1 runs ok." in result.stdout
 

@@ -159,3 +159,11 @@ def test_a_diverged_run_is_a_result_that_the_same_command_does_not_train_again(t
 def test_run_dir_excludes_resume_and_evaluate_in_one_line(tmp_path, other):
     result = run_script("--run-dir", tmp_path / "a", other, tmp_path / "b", cwd=tmp_path)
     assert (result.returncode, result.stderr.strip()) == (1, f"error: --run-dir excludes {other}")
+
+
+def test_a_run_dir_whose_input_is_refused_ends_failed_saying_why(tmp_path):
+    result = run_script("--run-dir", tmp_path / "run", "--gamma", "2", cwd=tmp_path)
+    assert (result.returncode, result.stderr.strip()) == (1, "error: --gamma must be in (0, 1], got 2.0")
+    summary = summary_of(tmp_path / "run")
+    assert (summary["status"], summary["detail"]) == ("failed", "error: --gamma must be in (0, 1], got 2.0")
+    assert result.stdout.splitlines() == [ppo.summary_line(summary)]
