@@ -1435,13 +1435,17 @@ def task_defaults(env_id: str) -> Args:
 def family_defaults_line(args: Args) -> str:
     """Which of its family's defaults the run has, as flags (a flag given otherwise overrode that default)."""
     family = family_name(args.env_id)
-    flags = []
-    for name, value in FAMILY_DEFAULTS.get(family, {}).items():
-        if getattr(args, name) == value:
-            flag = "--" + name.replace("_", "-")
-            flags.append((flag if value else f"--no-{flag[2:]}") if isinstance(value, bool) else f"{flag} {value}")
     if family not in FAMILY_DEFAULTS:
         return f"family={family} (no family defaults)"
+    flags = []
+    for name, value in FAMILY_DEFAULTS[family].items():
+        flag = name.replace("_", "-")
+        if getattr(args, name) != value:
+            continue
+        if isinstance(value, bool):
+            flags.append(f"--{flag}" if value else f"--no-{flag}")
+        else:
+            flags.append(f"--{flag} {value}")
     return f"family={family} defaults: {' '.join(flags) or 'none (each overridden)'}"
 
 
