@@ -242,13 +242,15 @@ class Start(NamedTuple):
     obs: jax.Array | np.ndarray  # (N, obs_dim), laid out as env_step lays out observations
     episode_return: np.ndarray  # (N,) the raw return of each environment's episode so far
     episode_length: np.ndarray  # (N,)
+    episode_success: np.ndarray  # (N,) the task flagged success at some step of the episode so far
     is_reset: np.ndarray  # (N,) its last step ended an episode, so its next step is the late reset
 
 
 def reset_start(envs) -> Start:
     obs = reset_observation(envs)
     num_envs = obs.shape[0]
-    return Start(obs, np.zeros(num_envs, np.float32), np.zeros(num_envs, np.int32), np.zeros(num_envs, bool))
+    zeros = np.zeros(num_envs, bool)
+    return Start(obs, np.zeros(num_envs, np.float32), np.zeros(num_envs, np.int32), zeros, zeros)
 
 
 def staggered_start(envs) -> Start:
@@ -261,17 +263,20 @@ def staggered_start(envs) -> Start:
     space = envs.action_space
     action = np.broadcast_to((space.low + space.high) / 2, (num_envs,) + space.shape).astype(space.dtype)
     reset_at = np.arange(num_envs) * max_steps // num_envs
+    key = success_key(envs)
     envs.reset()
-    episode_return, done = np.zeros(num_envs), np.zeros(num_envs, bool)
+    episode_return, episode_success, done = np.zeros(num_envs), np.zeros(num_envs, bool), np.zeros(num_envs, bool)
     for t in range(max_steps):
         if (now := np.flatnonzero(reset_at == t)).size:
             envs.reset(now)
-            episode_return[now], done[now] = 0.0, False
+            episode_return[now], episode_success[now], done[now] = 0.0, False, False
         obs, reward, terminated, truncated, info = envs.step(action)
-        episode_return = np.where(done, 0.0, episode_return + reward)  # a late reset starts the next episode
+        # a late reset starts the next episode
+        episode_return = np.where(done, 0.0, episode_return + reward)
+        episode_success = ~done & (episode_success | (info[key] > 0 if key else False))
         done = terminated | truncated
     obs = flatten_observation(obs, observation_layout(envs.observation_space).keys)
-    return Start(np.asarray(obs), episode_return, info["elapsed_step"].astype(np.int32), done)
+    return Start(np.asarray(obs), episode_return, info["elapsed_step"].astype(np.int32), episode_success, done)
 
 
 class EnvFunctions(NamedTuple):
@@ -286,16 +291,20 @@ class EnvFunctions(NamedTuple):
     success_key: str | None  # the key of `info` that flags success, for the tasks that report it
 
 
+def success_key(envs) -> str | None:
+    info_keys = {key.removeprefix("info:") for key in envs.spec.state_array_spec if key.startswith("info:")}
+    return next((key for key in SUCCESS_KEYS if key in info_keys), None)
+
+
 def env_functions(envs, xla_step) -> EnvFunctions:
     space = envs.action_space
-    info_keys = {key.removeprefix("info:") for key in envs.spec.state_array_spec if key.startswith("info:")}
     return EnvFunctions(
         xla_step=xla_step,
         action_low=space.low.astype(np.float32),
         action_high=space.high.astype(np.float32),
         action_dtype=space.dtype,
         obs_keys=observation_layout(envs.observation_space).keys,
-        success_key=next((key for key in SUCCESS_KEYS if key in info_keys), None),
+        success_key=success_key(envs),
     )
 
 
@@ -383,6 +392,7 @@ class EnvState:
     discounted_return: jax.Array  # (N,)
     episode_return: jax.Array  # (N,) raw, unscaled
     episode_length: jax.Array  # (N,)
+    episode_success: jax.Array  # (N,) the task flagged success at some step of the episode so far
 
 
 def init_env_state(handle, start: Start, norm_obs: bool, obs_rms=None, return_rms=None) -> EnvState:
@@ -401,6 +411,7 @@ def init_env_state(handle, start: Start, norm_obs: bool, obs_rms=None, return_rm
         discounted_return=jnp.zeros(num_envs, jnp.float32),
         episode_return=jnp.asarray(start.episode_return, jnp.float32),
         episode_length=jnp.asarray(start.episode_length, jnp.int32),
+        episode_success=jnp.asarray(start.episode_success, bool),
     )
 
 
@@ -460,6 +471,7 @@ class EpisodeEnd(NamedTuple):
     episode_return: jax.Array  # (N,) its raw return where done
     episode_length: jax.Array  # (N,) where done
     success: jax.Array  # (N,) the task's success flag at this step (False where it reports none)
+    any_success: jax.Array  # (N,) the flag was set at some step of the episode, this one included
 
 
 def rollout_step(params, env_state: EnvState, key, *, env: EnvFunctions, apply_fn, args: PPOArgs):
@@ -487,6 +499,7 @@ def rollout_step(params, env_state: EnvState, key, *, env: EnvFunctions, apply_f
         scaled_reward = reward
     episode_return = jnp.where(is_reset, 0.0, env_state.episode_return + reward)
     episode_length = jnp.where(is_reset, 0, env_state.episode_length + 1)
+    episode_success = ~is_reset & (env_state.episode_success | success)
     done = terminated | truncated
 
     transition = Transition(
@@ -508,8 +521,9 @@ def rollout_step(params, env_state: EnvState, key, *, env: EnvFunctions, apply_f
         discounted_return=discounted_return,
         episode_return=episode_return,
         episode_length=episode_length,
+        episode_success=episode_success,
     )
-    return env_state, (transition, EpisodeEnd(done, episode_return, episode_length, success))
+    return env_state, (transition, EpisodeEnd(done, episode_return, episode_length, success, episode_success))
 
 
 def rollout(params, env_state: EnvState, key, *, env: EnvFunctions, apply_fn, args: PPOArgs):
@@ -600,6 +614,7 @@ def collect(params, env_state: EnvState, key, *, env: EnvFunctions, apply_fn, ar
     }
     if env.success_key:
         stats["success_rate"] = success_rate(episode_end)
+        stats["any_step_success_rate"] = weighted_mean(episode_end.any_success, episode_end.done)
     return env_state, transitions, batch, stats
 
 
@@ -607,7 +622,8 @@ def success_rate(episode_end: EpisodeEnd):
     """The fraction of the episodes ending in `episode_end` (T, N) that succeeded.
 
     An episode succeeded if the task flagged success at its last step: where the goal was reached and then
-    lost, it was not. Before the first episode ends, 0.
+    lost, it was not (TD-MPC2's MetaWorld figures count so; Meta-World's own evaluation and garage count
+    success at any step, logged as any_step_success_rate). Before the first episode ends, 0.
     """
     return weighted_mean(episode_end.success, episode_end.done)
 
@@ -966,6 +982,7 @@ class Evaluation(NamedTuple):
     lengths: np.ndarray  # (--eval-episodes,)
     first_actions: np.ndarray  # (max episode steps, act_dim) as sent in the first episode, for its video
     successes: np.ndarray | None  # (--eval-episodes,) bool, where the task reports success (see success_rate)
+    any_successes: np.ndarray | None  # (--eval-episodes,) bool, success flagged at some step of the episode
 
 
 class EvalCarry(NamedTuple):
@@ -975,6 +992,7 @@ class EvalCarry(NamedTuple):
     done: jax.Array  # (E,) the environment's episode has ended
     lengths: jax.Array  # (E,)
     successes: jax.Array  # (E,) the success flag of the episode's latest step, so of its last once done
+    any_successes: jax.Array  # (E,) the flag was set at some step of the episode so far
     rewards: jax.Array  # (max episode steps, E), 0 after the episode's end
     first_actions: jax.Array  # (max episode steps, act_dim)
 
@@ -1010,6 +1028,7 @@ def evaluate(args: Args, params, obs_rms: RunningMeanStd) -> Evaluation:
                 done=carry.done | terminated | truncated,
                 lengths=carry.lengths + ~carry.done,
                 successes=jnp.where(carry.done, carry.successes, success),
+                any_successes=carry.any_successes | (~carry.done & success),
                 rewards=carry.rewards.at[carry.t].set(jnp.where(carry.done, 0.0, reward)),
                 first_actions=carry.first_actions.at[carry.t].set(action[0]),
             )
@@ -1021,6 +1040,7 @@ def evaluate(args: Args, params, obs_rms: RunningMeanStd) -> Evaluation:
             done=jnp.zeros(num_episodes, bool),
             lengths=jnp.zeros(num_episodes, jnp.int32),
             successes=jnp.zeros(num_episodes, bool),
+            any_successes=jnp.zeros(num_episodes, bool),
             rewards=jnp.zeros((max_steps, num_episodes)),
             first_actions=jnp.zeros((max_steps, env.action_low.shape[0])),
         )
@@ -1028,9 +1048,10 @@ def evaluate(args: Args, params, obs_rms: RunningMeanStd) -> Evaluation:
 
     first_obs = jnp.asarray(reset_observation(envs), jnp.float32)
     carry = jax.device_get(play(params, obs_rms, handle, first_obs))
-    successes = carry.successes if env.success_key else None
+    successes, any_successes = (carry.successes, carry.any_successes) if env.success_key else (None, None)
     # Each return is the float64 sum of EnvPool's float32 rewards, summed on the host.
-    return Evaluation(carry.rewards.astype(np.float64).sum(0), carry.lengths, carry.first_actions, successes)
+    returns = carry.rewards.astype(np.float64).sum(0)
+    return Evaluation(returns, carry.lengths, carry.first_actions, successes, any_successes)
 
 
 VIDEO_SIZE = (320, 240)  # width, height
@@ -1187,6 +1208,7 @@ class IterationLogger:
             writer.add_scalar("charts/episodic_length", stats["episodic_length"], global_step)
             if "success_rate" in stats:
                 writer.add_scalar("charts/success_rate", stats["success_rate"], global_step)
+                writer.add_scalar("charts/any_step_success_rate", stats["any_step_success_rate"], global_step)
             success_rate = float(stats["success_rate"]) if "success_rate" in stats else None
             self.record.add_iteration(global_step, float(stats["episodic_return"]), success_rate)
         writer.add_scalar("charts/learning_rate", lr, global_step)
@@ -1219,6 +1241,7 @@ class IterationLogger:
         self.writer.add_scalar("eval/episodic_return", evaluation.returns.mean(), global_step)
         if success_rate is not None:
             self.writer.add_scalar("eval/success_rate", success_rate, global_step)
+            self.writer.add_scalar("eval/any_step_success_rate", evaluation.any_successes.mean(), global_step)
         self.record.last_eval = {
             "global_step": global_step,
             "return": float(evaluation.returns.mean()),
@@ -1527,7 +1550,9 @@ def run_evaluation(args: Args, params, obs_rms: RunningMeanStd, run_name: str) -
     """Evaluate, print the result and, with --capture-video, record the first episode."""
     evaluation = evaluate(args, params, obs_rms)
     returns, lengths = evaluation.returns, evaluation.lengths
-    success = "" if evaluation.successes is None else f", success rate {evaluation.successes.mean():.2f}"
+    success = "" if evaluation.successes is None else (
+        f", success rate {evaluation.successes.mean():.2f} at the last step, {evaluation.any_successes.mean():.2f} at any"
+    )
     print(
         f"eval/episodic_return {returns.mean():.1f} +- {returns.std():.1f} over {len(returns)} episodes "
         f"(mean length {lengths.mean():.0f}{success})"

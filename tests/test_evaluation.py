@@ -22,7 +22,7 @@ def saved_policy(run_dir, **overrides):
 
 def numpy_evaluation(args, params, obs_rms, success_key=None):
     """The evaluation as it was before it was compiled: EnvPool's NumPy API, one jitted mean action a step; with
-    `success_key`, also each episode's success flag at its last step."""
+    `success_key`, also each episode's success flag at its last step and whether it was set at any step."""
     envs = envpool.make(args.env_id, env_type="gymnasium", num_envs=args.eval_episodes, seed=args.seed)
     network = ppo.make_network(args, envs)
     low, high = envs.action_space.low.astype(np.float32), envs.action_space.high.astype(np.float32)
@@ -35,6 +35,7 @@ def numpy_evaluation(args, params, obs_rms, success_key=None):
     obs, _ = envs.reset()
     returns, lengths = np.zeros(args.eval_episodes), np.zeros(args.eval_episodes, int)
     done, successes = np.zeros(args.eval_episodes, bool), np.zeros(args.eval_episodes, bool)
+    any_successes = np.zeros(args.eval_episodes, bool)
     while not done.all():
         action = np.asarray(policy(gymnasium_flattened(envs.observation_space, obs)), envs.action_space.dtype)
         obs, reward, terminated, truncated, info = envs.step(action)
@@ -43,15 +44,16 @@ def numpy_evaluation(args, params, obs_rms, success_key=None):
         ends = ~done & (terminated | truncated)
         if success_key:
             successes[ends] = info[success_key][ends] > 0
+            any_successes |= ~done & (info[success_key] > 0)
         done |= ends
-    return returns, lengths, successes
+    return returns, lengths, successes, any_successes
 
 
 def test_the_compiled_evaluation_plays_the_episodes_of_the_numpy_loop(saved_run):
     run_dir, _ = saved_run
     args, params, obs_rms = saved_policy(run_dir, eval_episodes=6)
     evaluation = ppo.evaluate(args, params, obs_rms)
-    returns, lengths, _ = numpy_evaluation(args, params, obs_rms)
+    returns, lengths, _, _ = numpy_evaluation(args, params, obs_rms)
     np.testing.assert_array_equal(evaluation.lengths, lengths)
     assert evaluation.successes is None  # Hopper reports no success
     # The same episodes; the mean action, computed in another compiled program, can differ in its last bits.
@@ -121,13 +123,15 @@ def test_a_task_that_reports_success_logs_its_rate_in_training_and_evaluation():
     assert [step for step, _ in logged["charts/success_rate"]] == [512, 1024]
     assert all(0 <= rate <= 1 for _, rate in logged["charts/success_rate"])
     evaluation = ppo.evaluate(args, result.state.train_state.params, result.state.env_state.obs_rms)
-    returns, lengths, successes = numpy_evaluation(
+    returns, lengths, successes, any_successes = numpy_evaluation(
         args, result.state.train_state.params, result.state.env_state.obs_rms, "is_success"
     )
     np.testing.assert_array_equal(evaluation.lengths, lengths)
     np.testing.assert_allclose(evaluation.returns, returns, rtol=1e-5)
     np.testing.assert_array_equal(evaluation.successes, successes)
+    np.testing.assert_array_equal(evaluation.any_successes, any_successes)
     assert logged["eval/success_rate"] == [(1024, pytest.approx(successes.mean()))]
+    assert logged["eval/any_step_success_rate"] == [(1024, pytest.approx(any_successes.mean()))]
 
 
 def test_evaluate_from_the_file_matches_the_in_memory_evaluation_logged_at_the_end(saved_run, tmp_path):

@@ -104,9 +104,9 @@ def test_success_rate_counts_the_flag_at_each_episodes_last_step():
     done = np.array([[0, 0, 0], [1, 0, 0], [0, 0, 0], [0, 1, 0], [1, 0, 0]], bool)
     success = np.array([[0, 0, 1], [1, 0, 0], [0, 1, 0], [0, 0, 0], [0, 0, 1]], bool)
     zeros = np.zeros(done.shape, np.float32)
-    episode_end = ppo.EpisodeEnd(jnp.asarray(done), zeros, zeros, jnp.asarray(success))
+    episode_end = ppo.EpisodeEnd(jnp.asarray(done), zeros, zeros, jnp.asarray(success), jnp.asarray(success))
     assert float(ppo.success_rate(episode_end)) == pytest.approx(1 / 3)
-    no_end = ppo.EpisodeEnd(jnp.zeros_like(done), zeros, zeros, jnp.ones_like(success))
+    no_end = ppo.EpisodeEnd(jnp.zeros_like(done), zeros, zeros, jnp.ones_like(success), jnp.ones_like(success))
     assert float(ppo.success_rate(no_end)) == 0.0
 
 

@@ -67,7 +67,7 @@ def test_closed_loop_rollout_replays_exactly_through_the_numpy_api(env_id, clip,
     previous_done = np.zeros(NUM_ENVS, bool)
     episode_return = np.zeros(NUM_ENVS)
     finished_returns, finished_lengths, episode_length = [], [], np.zeros(NUM_ENVS, int)
-    finished_successes = []
+    finished_successes, finished_any_successes, any_success = [], [], np.zeros(NUM_ENVS, bool)
     for t in range(num_steps):
         expected_obs = gymnasium_flattened(replay.observation_space, obs)
         np.testing.assert_array_equal(obs_seen[t], expected_obs, err_msg=f"step {t}")
@@ -80,15 +80,20 @@ def test_closed_loop_rollout_replays_exactly_through_the_numpy_api(env_id, clip,
         previous_done = terminated | truncated
         finished_returns.extend(episode_return[previous_done])
         finished_lengths.extend(episode_length[previous_done])
-        finished_successes.extend(info.get("is_success", np.zeros(NUM_ENVS))[previous_done] > 0)
+        success = info.get("is_success", np.zeros(NUM_ENVS)) > 0
+        any_success = np.where(episode_length == 0, False, any_success | success)  # the reset step is no step
+        finished_successes.extend(success[previous_done])
+        finished_any_successes.extend(any_success[previous_done])
 
     assert int(stats["num_episodes"]) == len(finished_returns) >= NUM_ENVS
     np.testing.assert_allclose(stats["episodic_return"], np.mean(finished_returns), rtol=1e-5)
     np.testing.assert_allclose(stats["episodic_length"], np.mean(finished_lengths), rtol=1e-6)
     if "is_success" in info:
         np.testing.assert_allclose(stats["success_rate"], np.mean(finished_successes), rtol=1e-6)
+        np.testing.assert_allclose(stats["any_step_success_rate"], np.mean(finished_any_successes), rtol=1e-6)
+        assert np.mean(finished_any_successes) > np.mean(finished_successes)  # the two counts differ here
     else:
-        assert "success_rate" not in stats
+        assert "success_rate" not in stats and "any_step_success_rate" not in stats
 
 
 def test_actions_are_clipped_to_the_unit_box_then_mapped_onto_asymmetric_bounds():
@@ -129,9 +134,9 @@ def reference_staggered_start(env_id: str, num_envs: int, seed: int):
     """--stagger-episodes as its docstring states it, one environment at a time on pools of one: environment i
     plays i * max_steps // num_envs steps of the mid-range action, is reset, plays the rest of max_steps, and
     stands there. EnvPool seeds environment i of a pool with seed + i, so a pool of one from that seed plays it
-    alone. Returns each one's last observation, the return of its episode so far, its length and whether its
-    last step ended it."""
-    obs, returns, lengths, ended = [], [], [], []
+    alone. Returns each one's last observation, the return of its episode so far, its length, whether the task
+    flagged success at some step of it (MyoSuite's `solved`) and whether its last step ended it."""
+    obs, returns, lengths, succeeded, ended = [], [], [], [], []
     for i in range(num_envs):
         envs = envpool.make(env_id, env_type="gymnasium", num_envs=1, seed=seed + i)
         max_steps = envs.spec.config.max_episode_steps
@@ -141,28 +146,36 @@ def reference_staggered_start(env_id: str, num_envs: int, seed: int):
         for _ in range(i * max_steps // num_envs):
             envs.step(action)
         envs.reset(np.array([0]))
-        episode_return, length, done = 0.0, 0, False
+        episode_return, length, success, done = 0.0, 0, False, False
         for _ in range(max_steps - i * max_steps // num_envs):
-            last, reward, terminated, truncated, _ = envs.step(action)
-            episode_return, length = (0.0, 0) if done else (episode_return + float(reward[0]), length + 1)
+            last, reward, terminated, truncated, info = envs.step(action)
+            if done:
+                episode_return, length, success = 0.0, 0, False
+            else:
+                episode_return, length = episode_return + float(reward[0]), length + 1
+                success = success or bool(info.get("solved", [False])[0])
             done = bool(terminated[0] or truncated[0])
         obs.append(gymnasium_flattened(envs.observation_space, last)[0])
         returns.append(episode_return)
         lengths.append(length)
+        succeeded.append(success)
         ended.append(done)
-    return np.array(obs), np.array(returns), np.array(lengths), np.array(ended)
+    return tuple(map(np.array, (obs, returns, lengths, succeeded, ended)))
 
 
-@pytest.mark.parametrize("env_id", ["CartpoleSwingup-v1", "Hopper-v4"])  # no terminations; many
+# no terminations; many; success mid-episode under the mid-range action
+@pytest.mark.parametrize("env_id", ["CartpoleSwingup-v1", "Hopper-v4", "MyoSuite/myoElbowPose1D6MRandom-v0"])
 def test_staggered_start_is_each_environment_played_alone(env_id):
     envs, _handle, _xla_step = ppo.make_envs(env_id, NUM_ENVS, 1, seed=5)
     start = ppo.staggered_start(envs)
-    obs, returns, lengths, ended = reference_staggered_start(env_id, NUM_ENVS, seed=5)
+    obs, returns, lengths, succeeded, ended = reference_staggered_start(env_id, NUM_ENVS, seed=5)
 
     np.testing.assert_allclose(start.obs, obs, rtol=1e-6)
     np.testing.assert_allclose(start.episode_return, returns, rtol=1e-9)
     np.testing.assert_array_equal(start.episode_length, lengths)
+    np.testing.assert_array_equal(start.episode_success, succeeded)
     np.testing.assert_array_equal(start.is_reset, ended)
+    assert succeeded.any() == (env_id == "MyoSuite/myoElbowPose1D6MRandom-v0")
     if env_id == "CartpoleSwingup-v1":  # by hand: 1000 - 125 i steps; environment 0 has just hit the limit
         np.testing.assert_array_equal(start.episode_length, 1000 - 125 * np.arange(NUM_ENVS))
         np.testing.assert_array_equal(start.is_reset, np.arange(NUM_ENVS) == 0)
