@@ -10,7 +10,7 @@ exp name) over seeds, and writes
   and, when some run of the env id logged `eval/episodic_return`, the evaluation return against environment
   steps; a mean line and a shaded ±std band over seeds per exp name;
 * the same curves as numbers, `curves.csv` (env id, exp name, tag, step, mean, std, seeds; also
-  `charts/success_rate` and `eval/success_rate` where logged), and every run's finals, `runs.csv`, so that
+  the success rates where logged), and every run's finals, `runs.csv`, so that
   others can plot and compare against their own baselines;
 * a comparison across tasks (below): per experiment the IQM and mean of normalised scores with 95%
   confidence intervals, the probability that one experiment improves on another, and a performance
@@ -31,8 +31,9 @@ Definitions
                 environment steps of a run (steps > last step - window); a run shorter than the window
                 uses its last `--short-run-fraction` instead.
   final success the mean of `charts/success_rate` over the same window, for tasks that report success
-                (MetaWorld, robotics, MyoSuite, four Playground tasks); a column of the table only where some
-                run logged it.
+                (MetaWorld, robotics, MyoSuite, four Playground tasks): an episode succeeded if its last step
+                did; a column of the table only where some run logged it. "Any step": the same of
+                `charts/any_step_success_rate`, an episode that succeeded at some step (Meta-World's count).
   eval return   `eval/episodic_return`: the training script's evaluation of the mean action, averaged over
                 several episodes, logged at fixed steps (the same for every seed of a configuration).
   last eval     a run's last eval return.
@@ -104,12 +105,14 @@ import tyro
 
 RETURN_TAG = "charts/episodic_return"
 EVAL_TAG = "eval/episodic_return"
-SUCCESS_TAG = "charts/success_rate"
+SUCCESS_TAG = "charts/success_rate"  # success at the episode's last step (TD-MPC2's count)
+ANY_STEP_SUCCESS_TAG = "charts/any_step_success_rate"  # at some step of it (Meta-World's and garage's count)
 EVAL_SUCCESS_TAG = "eval/success_rate"
+EVAL_ANY_STEP_SUCCESS_TAG = "eval/any_step_success_rate"
 # Training tags are logged as episodes end, at steps that differ between seeds: their curves are interpolated.
 # Eval tags are logged at the same steps for every seed of a configuration: their curves need no interpolation.
-TRAINING_TAGS = (RETURN_TAG, SUCCESS_TAG)
-EVAL_TAGS = (EVAL_TAG, EVAL_SUCCESS_TAG)
+TRAINING_TAGS = (RETURN_TAG, SUCCESS_TAG, ANY_STEP_SUCCESS_TAG)
+EVAL_TAGS = (EVAL_TAG, EVAL_SUCCESS_TAG, EVAL_ANY_STEP_SUCCESS_TAG)
 PNG_SIZE = (500, 300)  # pixels: figsize (5, 3) at dpi 100
 # benchmark.sh's run directories have no time (the command fixes them), a run started by hand (and an older
 # benchmark.sh's) has one; summary.json's exp name and seed settle an exp name that ends in "__<digits>".
@@ -226,7 +229,7 @@ REFERENCES = {
 }
 # The per-run CSV, runs.csv: written from the event files, read back by --finals.
 RUNS_CSV_COLUMNS = ["env_id", "exp_name", "seed", "status", "steps", "window", "final_return", "eval_at_max"]
-RUNS_CSV_COLUMNS += ["last_eval", "final_success", "wall_clock", "run"]
+RUNS_CSV_COLUMNS += ["last_eval", "final_success", "final_any_step_success", "wall_clock", "run"]
 SCORES = {"final_return": "final return", "eval_at_max": "eval at max"}  # CSV column -> what the tables say
 
 
@@ -250,6 +253,7 @@ class Run:
     status: str = INCLUDED  # or IN_PROGRESS (empty, or behind the longest run of its group), DIVERGED, ENDED_SHORT
     eval_at_max: float = math.nan  # its eval return where its group's mean eval curve peaks
     final_success: float = math.nan  # the mean success rate in the final-return window, where the task reports one
+    final_any_step_success: float = math.nan  # the same of the success rate at any step, where it was logged
 
     def logged(self, tag: str) -> bool:
         return len(self.curves[tag][0]) > 0
@@ -432,10 +436,11 @@ def load_run(info: dict, path: Path, window_steps: int, short_run_fraction: floa
         return float(values[in_window].mean()) if in_window.any() else math.nan
 
     if empty:
-        window, short, final, final_success = math.nan, False, math.nan, math.nan
+        window, short, final, final_success, final_any_step_success = math.nan, False, math.nan, math.nan, math.nan
     else:
         window, short = final_return_window(total_steps, window_steps, short_run_fraction)
         final, final_success = window_mean(steps, values), window_mean(*curves[SUCCESS_TAG])
+        final_any_step_success = window_mean(*curves[ANY_STEP_SUCCESS_TAG])
     return Run(
         env_id=info["env_id"],
         exp_name=info["exp_name"],
@@ -451,6 +456,7 @@ def load_run(info: dict, path: Path, window_steps: int, short_run_fraction: floa
         window=window,
         short=short,
         final_success=final_success,
+        final_any_step_success=final_any_step_success,
         failure=failures[-1].tensor_proto.string_val[0].decode() if failures else "",
         summary=info["summary"],
     )
@@ -541,6 +547,7 @@ def render_markdown(
 ) -> str:
     any_short = any(run.short for runs in groups.values() for run in runs)
     with_success = any(run.logged(SUCCESS_TAG) for runs in groups.values() for run in runs)
+    with_any_step = any(run.logged(ANY_STEP_SUCCESS_TAG) for runs in groups.values() for run in runs)
     window = f"{args.window_steps:,}"
     lines = [
         "# Benchmark",
@@ -557,7 +564,9 @@ def render_markdown(
         "taken over the steps every seed evaluated, @ that step. "
         "**Wall-clock**: last event minus first event of the run, in seconds. "
         + (
-            f"**Final success**: the mean of `{SUCCESS_TAG}` over the same window (tasks that report success). "
+            f"**Final success**: the mean of `{SUCCESS_TAG}` over the same window (tasks that report success): "
+            "an episode succeeded if its last step did"
+            + (f"; **any step**: the same of `{ANY_STEP_SUCCESS_TAG}`, if one of its steps did. " if with_any_step else ". ")
             if with_success
             else ""
         )
@@ -569,13 +578,16 @@ def render_markdown(
         logged = [run for run in runs if run.included]
         mark = " †" if any(run.short for run in logged) else ""
         successes = [run.final_success for run in logged if not math.isnan(run.final_success)]
+        any_step = [run.final_any_step_success for run in logged if not math.isnan(run.final_any_step_success)]
         row = [env_id, exp_name, seeds_cell(runs), steps_cell(logged)]
         row += [format_mean_std([run.final_return for run in logged], 2) + mark]
         row += [format_mean_std(successes, 2) if successes else "-"] if with_success else []
+        row += [format_mean_std(any_step, 2) if any_step else "-"] if with_any_step else []
         row += [max_eval_cell(logged), format_mean_std([run.wall_clock for run in logged], 1)]
         rows.append(row)
     header = ["Environment", "Experiment", "Seeds", "Steps", "Final return"]
     header += ["Final success"] if with_success else []
+    header += ["Any step"] if with_any_step else []
     header += ["Max eval return", "Wall-clock [s]"]
     lines += markdown_table(header, rows, right=set(range(2, len(header))))
     if comparison:
@@ -800,6 +812,7 @@ def runs_csv_rows(groups: dict[tuple[str, str], list[Run]]):
                 run.eval_at_max,
                 last_eval,
                 run.final_success,
+                run.final_any_step_success,
                 run.wall_clock,
                 run.path.name,
             ]

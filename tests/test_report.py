@@ -298,16 +298,18 @@ def test_csvs_match_the_event_files(tmp_path, capsys):
     runs = tmp_path / "runs"
     training_steps, eval_steps = (100, 200, 300, 400), (200, 400)
     # per seed: the values of charts/episodic_return, eval/episodic_return, charts/success_rate, eval/success_rate
+    # and charts/any_step_success_rate
     logged = {
-        1: ([1, 2, 3, 4], [10, 30], [0, 0.5, 1, 1], [0, 1]),
-        2: ([3, 4, 5, 8], [20, 10], [0, 0, 0.5, 1], [0.5, 0.5]),
+        1: ([1, 2, 3, 4], [10, 30], [0, 0.5, 1, 1], [0, 1], [0.5, 1, 1, 1]),
+        2: ([3, 4, 5, 8], [20, 10], [0, 0, 0.5, 1], [0.5, 0.5], [0.5, 0.5, 1, 1]),
     }
-    for seed, (returns, evals, successes, eval_successes) in logged.items():
+    for seed, (returns, evals, successes, eval_successes, any_step) in logged.items():
         scalars = {
             "charts/episodic_return": list(zip(training_steps, returns)),
             "eval/episodic_return": list(zip(eval_steps, evals)),
             "charts/success_rate": list(zip(training_steps, successes)),
             "eval/success_rate": list(zip(eval_steps, eval_successes)),
+            "charts/any_step_success_rate": list(zip(training_steps, any_step)),
         }
         write_run(runs, f"{ENV}__ppo__{seed}__100", scalars)
     write_run(runs, f"{ENV}__ppo__3__100", {"charts/episodic_return": [(100, 7.0)]})  # in progress
@@ -324,27 +326,32 @@ def test_csvs_match_the_event_files(tmp_path, capsys):
     assert curves == {
         "charts/episodic_return": [(100, 2.0, 1.0), (200, 3.0, 1.0), (300, 4.0, 1.0), (400, 6.0, 2.0)],
         "charts/success_rate": [(100, 0.0, 0.0), (200, 0.25, 0.25), (300, 0.75, 0.25), (400, 1.0, 0.0)],
+        "charts/any_step_success_rate": [(100, 0.5, 0.0), (200, 0.75, 0.25), (300, 1.0, 0.0), (400, 1.0, 0.0)],
         "eval/episodic_return": [(200, 15.0, 5.0), (400, 20.0, 10.0)],
         "eval/success_rate": [(200, 0.25, 0.25), (400, 0.75, 0.25)],
     }
 
     rows = {int(row["seed"]): row for row in read_csv(tmp_path / "out" / "runs.csv")}
     # the final return averages steps > 400 - 250; the mean eval curve (15, 20) peaks at step 400
-    # and the final success the success rates in that window, (0.5 + 1 + 1) / 3 and (0 + 0.5 + 1) / 3
+    # and the final success the success rates in that window, (0.5 + 1 + 1) / 3 and (0 + 0.5 + 1) / 3; at any
+    # step (1 + 1 + 1) / 3 and (0.5 + 1 + 1) / 3
     expected = {
-        1: ("included", 3.0, 30.0, 30.0, 2.5 / 3),
-        2: ("included", 17 / 3, 10.0, 10.0, 0.5),
-        3: ("in progress", 7.0, None, None, None),  # 100 steps < the window: its last 10%, the return at step 100
+        1: ("included", 3.0, 30.0, 30.0, 2.5 / 3, 1.0),
+        2: ("included", 17 / 3, 10.0, 10.0, 0.5, 2.5 / 3),
+        3: ("in progress", 7.0, None, None, None, None),  # 100 steps < the window: its last 10%, the return at 100
     }
-    for seed, (status, final, eval_at_max, last_eval, final_success) in expected.items():
+    for seed, (status, final, eval_at_max, last_eval, final_success, any_step) in expected.items():
         row = rows[seed]
         assert row["status"] == status and row["run"] == f"{ENV}__ppo__{seed}__100"
         assert float(row["final_return"]) == pytest.approx(final)
         assert (float(row["eval_at_max"]) if row["eval_at_max"] else None) == eval_at_max
         assert (float(row["last_eval"]) if row["last_eval"] else None) == last_eval
         assert (float(row["final_success"]) if row["final_success"] else None) == pytest.approx(final_success)
-    # the table: mean and population std over the included seeds, (2.5 / 3 + 0.5) / 2 and 1 / 6
+        assert (float(row["final_any_step_success"]) if row["final_any_step_success"] else None) == pytest.approx(any_step)
+    # the table: mean and population std over the included seeds, (2.5 / 3 + 0.5) / 2 and 1 / 6; at any step
+    # (1 + 2.5 / 3) / 2 and 1 / 12
     assert group_rows(out)["ppo"]["Final success"] == "0.67 ± 0.17"
+    assert group_rows(out)["ppo"]["Any step"] == "0.92 ± 0.08"
 
 
 def test_the_default_out_dir_is_report_not_docs(tmp_path, capsys, monkeypatch):
