@@ -1157,15 +1157,16 @@ class RunRecord:
     """What a run's summary reports: the figures its final return averages, its last evaluation and its wall
     time. Checkpoints carry it, so that the summary of a resumed run covers every attempt."""
 
-    returns: list = field(default_factory=list)  # [global_step, episodic_return, success rate or None]
-    last_eval: dict | None = None  # {"global_step", "return", "success_rate"}
+    # [global_step, episodic_return, success rate, any-step success rate], the rates None where not reported
+    returns: list = field(default_factory=list)
+    last_eval: dict | None = None  # {"global_step", "return", "success_rate", "any_step_success_rate"}
     earlier_seconds: float = 0.0  # the wall time of earlier attempts, up to their last checkpoint
     attempt_start: float = field(default_factory=time.time)
 
-    def add_iteration(self, global_step: int, episodic_return: float, success_rate: float | None):
+    def add_iteration(self, global_step: int, episodic_return: float, success_rates: tuple[float | None, float | None]):
         # Only the last FINAL_RETURN_STEPS can count, whatever the run's length.
         self.returns = [row for row in self.returns if row[0] > global_step - FINAL_RETURN_STEPS]
-        self.returns.append([global_step, episodic_return, success_rate])
+        self.returns.append([global_step, episodic_return, *success_rates])
 
     def wall_seconds(self) -> float:
         return self.earlier_seconds + time.time() - self.attempt_start
@@ -1173,13 +1174,14 @@ class RunRecord:
     def saved(self) -> dict:
         return {"returns": self.returns, "last_eval": self.last_eval, "earlier_seconds": self.wall_seconds()}
 
-    def final(self, global_step: int) -> tuple[float | None, float | None]:
-        """The final return and success rate of a run that ends at `global_step` (None where nothing was logged)."""
+    def final(self, global_step: int) -> tuple[float | None, float | None, float | None]:
+        """The final return, success rate and any-step success rate of a run that ends at `global_step` (None
+        where nothing was logged)."""
         window = FINAL_RETURN_STEPS if global_step >= FINAL_RETURN_STEPS else 0.1 * global_step
         rows = [row for row in self.returns if global_step - window < row[0] <= global_step]
-        returns = [row[1] for row in rows]
-        successes = [row[2] for row in rows if row[2] is not None]
-        return (float(np.mean(returns)) if returns else None), (float(np.mean(successes)) if successes else None)
+        # A checkpoint written before the any-step rate was recorded has rows of three.
+        columns = [[row[k] for row in rows if len(row) > k and row[k] is not None] for k in (1, 2, 3)]
+        return tuple(float(np.mean(column)) if column else None for column in columns)
 
 
 class IterationLogger:
@@ -1206,11 +1208,12 @@ class IterationLogger:
         if has_episodes:
             writer.add_scalar("charts/episodic_return", stats["episodic_return"], global_step)
             writer.add_scalar("charts/episodic_length", stats["episodic_length"], global_step)
+            success_rates = (None, None)
             if "success_rate" in stats:
                 writer.add_scalar("charts/success_rate", stats["success_rate"], global_step)
                 writer.add_scalar("charts/any_step_success_rate", stats["any_step_success_rate"], global_step)
-            success_rate = float(stats["success_rate"]) if "success_rate" in stats else None
-            self.record.add_iteration(global_step, float(stats["episodic_return"]), success_rate)
+                success_rates = (float(stats["success_rate"]), float(stats["any_step_success_rate"]))
+            self.record.add_iteration(global_step, float(stats["episodic_return"]), success_rates)
         writer.add_scalar("charts/learning_rate", lr, global_step)
         for name, value in losses.items():
             writer.add_scalar(f"losses/{name}", value, global_step)
@@ -1237,15 +1240,17 @@ class IterationLogger:
         return None
 
     def log_evaluation(self, evaluation: Evaluation, global_step: int):
-        success_rate = None if evaluation.successes is None else float(evaluation.successes.mean())
+        success_rate, any_step_success_rate = None, None
         self.writer.add_scalar("eval/episodic_return", evaluation.returns.mean(), global_step)
-        if success_rate is not None:
+        if evaluation.successes is not None:
+            success_rate, any_step_success_rate = float(evaluation.successes.mean()), float(evaluation.any_successes.mean())
             self.writer.add_scalar("eval/success_rate", success_rate, global_step)
-            self.writer.add_scalar("eval/any_step_success_rate", evaluation.any_successes.mean(), global_step)
+            self.writer.add_scalar("eval/any_step_success_rate", any_step_success_rate, global_step)
         self.record.last_eval = {
             "global_step": global_step,
             "return": float(evaluation.returns.mean()),
             "success_rate": success_rate,
+            "any_step_success_rate": any_step_success_rate,
         }
 
 
@@ -1656,7 +1661,7 @@ def run_training(args: Args, checkpoint: dict | None, command: list[str]):
 def end_run(run_dir, command, status, detail, args=None, record=None, global_step=0, model=None):
     """Say how the run ended: summary.json in its run directory and the summary line. Without `args` and
     `record`, the run's input was refused and it ended before it began."""
-    final_return, final_success = record.final(global_step) if record else (None, None)
+    final_return, final_success, final_any_step_success = record.final(global_step) if record else (None, None, None)
     summary = {
         "status": status,
         "env_id": args and args.env_id,
@@ -1666,6 +1671,7 @@ def end_run(run_dir, command, status, detail, args=None, record=None, global_ste
         "total_timesteps": args and args.num_iterations * args.batch_size,
         "final_return": final_return,
         "final_success": final_success,
+        "final_any_step_success": final_any_step_success,
         "last_eval": record and record.last_eval,
         "wall_seconds": record and record.wall_seconds(),
         "detail": detail,
@@ -1696,6 +1702,8 @@ def summary_line(summary: dict) -> str:
     ]
     if summary["final_success"] is not None:
         parts.append(f"final_success={figure(summary['final_success'], 2)}")
+    if summary.get("final_any_step_success") is not None:  # absent from summaries written before it
+        parts.append(f"any_step={figure(summary['final_any_step_success'], 2)}")
     parts += [
         f"last_eval={figure(last_eval['return'])}@{last_eval['global_step']}" if last_eval else "last_eval=-",
         "wall=-" if wall is None else "wall={}m{:02d}s".format(*divmod(round(wall), 60)),

@@ -211,13 +211,17 @@ def reference_run(run_dir: Path, window_steps=100_000, short_fraction=0.1) -> di
     ]
     total_steps = max(step for step, _ in all_scalars)
     window = window_steps if total_steps >= window_steps else short_fraction * total_steps
-    returns = [
-        value for step, value, _ in parsed_scalars(events, "charts/episodic_return") if step > total_steps - window
-    ]
+
+    def window_mean(tag):
+        values = [value for step, value, _ in parsed_scalars(events, tag) if step > total_steps - window]
+        return float(np.mean(values)) if values else None
+
     wall_times = [e.wall_time for e in events]
     return {
         "total_steps": total_steps,
-        "final_return": float(np.mean(returns)),
+        "final_return": window_mean("charts/episodic_return"),
+        "final_success": window_mean("charts/success_rate"),
+        "final_any_step_success": window_mean("charts/any_step_success_rate"),
         "wall_clock": max(wall_times) - min(wall_times),
         "last_return": parsed_scalars(events, "charts/episodic_return")[-1][1],
         "eval_returns": parsed_scalars(events, "eval/episodic_return"),

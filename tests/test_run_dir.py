@@ -16,6 +16,7 @@ import ppo_continuous_envpool_jax as ppo
 from tests.support import (
     HOPPER,
     MODEL_NAME,
+    SMALL,
     as_tensorboard_shows,
     parsed_scalars,
     read_events,
@@ -33,6 +34,25 @@ def summary_of(run_dir) -> dict:
 
 def event_files(run_dir) -> dict:
     return {path.name: path.read_bytes() for path in run_dir.glob("events.out.tfevents.*")}
+
+
+def test_the_summary_of_a_task_that_reports_success_has_both_success_rates_of_its_event_files(tmp_path):
+    """FetchReachDense-v4's 50-step episodes end in every iteration: the final success rates are the means of
+    the logged rates over the run's last tenth, at the last step and at any step; and the last evaluation's."""
+    run_dir = tmp_path / "fetch"
+    cli_args = ["--env-id", "FetchReachDense-v4", *SMALL, "--total-timesteps", "8192", "--eval-every", "8192"]
+    result = run_script(*cli_args, "--eval-episodes", "4", "--run-dir", run_dir, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    summary, reference = summary_of(run_dir), reference_run(run_dir)
+    events = as_tensorboard_shows(read_events(run_dir))
+    for key in ("final_return", "final_success", "final_any_step_success"):
+        assert summary[key] == pytest.approx(reference[key], rel=1e-6), key  # the events hold float32s
+    assert summary["final_any_step_success"] >= summary["final_success"]
+    for key in ("success_rate", "any_step_success_rate"):
+        ((step, value, _),) = parsed_scalars(events, f"eval/{key}")
+        assert (summary["last_eval"]["global_step"], summary["last_eval"][key]) == (step, pytest.approx(value))
+    line = result.stdout.splitlines()[-1]
+    assert line == ppo.summary_line(summary) and f"any_step={summary['final_any_step_success']:.2f}" in line
 
 
 def test_a_run_ends_with_a_summary_line_and_a_summary_json_that_its_event_files_confirm(tmp_path):
@@ -167,3 +187,11 @@ def test_a_run_dir_whose_input_is_refused_ends_failed_saying_why(tmp_path):
     summary = summary_of(tmp_path / "run")
     assert (summary["status"], summary["detail"]) == ("failed", "error: --gamma must be in (0, 1], got 2.0")
     assert result.stdout.splitlines() == [ppo.summary_line(summary)]
+
+
+def test_a_record_from_a_checkpoint_written_before_the_any_step_rate_still_gives_its_finals():
+    # By hand: a 200k-step run's window is its last 100k steps, (100k, 200k]: the rows at 150k and 200k.
+    record = ppo.RunRecord(returns=[[100_000, 1.0, 0.0], [150_000, 2.0, 0.5], [200_000, 4.0, 1.0]])
+    assert record.final(200_000) == (3.0, 0.75, None)
+    record.add_iteration(250_000, 6.0, (0.0, 1.0))  # the resumed run adds rows of four
+    assert record.final(250_000) == (5.0, 0.5, 1.0)
