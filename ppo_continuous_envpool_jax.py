@@ -1243,7 +1243,10 @@ class IterationLogger:
         success_rate, any_step_success_rate = None, None
         self.writer.add_scalar("eval/episodic_return", evaluation.returns.mean(), global_step)
         if evaluation.successes is not None:
-            success_rate, any_step_success_rate = float(evaluation.successes.mean()), float(evaluation.any_successes.mean())
+            success_rate, any_step_success_rate = (
+                float(evaluation.successes.mean()),
+                float(evaluation.any_successes.mean()),
+            )
             self.writer.add_scalar("eval/success_rate", success_rate, global_step)
             self.writer.add_scalar("eval/any_step_success_rate", any_step_success_rate, global_step)
         self.record.last_eval = {
@@ -1555,9 +1558,10 @@ def run_evaluation(args: Args, params, obs_rms: RunningMeanStd, run_name: str) -
     """Evaluate, print the result and, with --capture-video, record the first episode."""
     evaluation = evaluate(args, params, obs_rms)
     returns, lengths = evaluation.returns, evaluation.lengths
-    success = "" if evaluation.successes is None else (
-        f", success rate {evaluation.successes.mean():.2f} at the last step, {evaluation.any_successes.mean():.2f} at any"
-    )
+    success = ""
+    if evaluation.successes is not None:
+        last, any_step = evaluation.successes.mean(), evaluation.any_successes.mean()
+        success = f", success rate {last:.2f} at the last step, {any_step:.2f} at any"
     print(
         f"eval/episodic_return {returns.mean():.1f} +- {returns.std():.1f} over {len(returns)} episodes "
         f"(mean length {lengths.mean():.0f}{success})"

@@ -230,7 +230,13 @@ REFERENCES = {
 # The per-run CSV, runs.csv: written from the event files, read back by --finals.
 RUNS_CSV_COLUMNS = ["env_id", "exp_name", "seed", "status", "steps", "window", "final_return", "eval_at_max"]
 RUNS_CSV_COLUMNS += ["last_eval", "final_success", "final_any_step_success", "wall_clock", "run"]
-SCORES = {"final_return": "final return", "eval_at_max": "eval at max"}  # CSV column -> what the tables say
+# What the comparison across tasks scores, by --metric: CSV columns -> what the tables say. A return is normalised by
+# a reference; a success rate, already from 0 to 1, is not.
+SCORES = {
+    "return": {"final_return": "final return", "eval_at_max": "eval at max"},
+    "success": {"final_success": "final success"},
+    "any-step-success": {"final_any_step_success": "final success, any step"},
+}
 
 
 @dataclass
@@ -272,6 +278,8 @@ class Final(NamedTuple):
     seed: int
     final_return: float
     eval_at_max: float  # nan where the run has no eval data
+    final_success: float = math.nan  # nan where the task reports no success
+    final_any_step_success: float = math.nan
 
 
 @dataclass
@@ -300,6 +308,9 @@ class ReportArgs:
     """final return of a run shorter than --window-steps: average over this last fraction of it"""
     grid_points: int = 200
     """points of the common grid the seeds' curves are interpolated on"""
+    metric: Literal["return", "success", "any-step-success"] = "return"
+    """what the comparison across tasks scores: the final return (normalised by --reference or --baseline, and the
+    eval at max beside it), or the final success rate at the episodes' last step or at any step (not normalised)"""
     reference: Literal["cleanrl", "suite", "tianshou", "cleanrl-dmc-8m", "rpo-dmc-8m"] = "tianshou"
     """published figures each task's scores are normalised by (suite: the 15 tasks the defaults are chosen on, a
     random policy scoring 0)"""
@@ -566,7 +577,11 @@ def render_markdown(
         + (
             f"**Final success**: the mean of `{SUCCESS_TAG}` over the same window (tasks that report success): "
             "an episode succeeded if its last step did"
-            + (f"; **any step**: the same of `{ANY_STEP_SUCCESS_TAG}`, if one of its steps did. " if with_any_step else ". ")
+            + (
+                f"; **any step**: the same of `{ANY_STEP_SUCCESS_TAG}`, if one of its steps did. "
+                if with_any_step
+                else ". "
+            )
             if with_success
             else ""
         )
@@ -858,6 +873,8 @@ def read_finals(path: Path, args: ReportArgs) -> list[Final]:
                 seed=int(row["seed"]),
                 final_return=number(row["final_return"]),
                 eval_at_max=number(row.get("eval_at_max") or ""),
+                final_success=number(row.get("final_success") or ""),
+                final_any_step_success=number(row.get("final_any_step_success") or ""),
             )
         except ValueError as error:
             raise BadInput(f"{path}, line {line}: {error}") from None
@@ -901,6 +918,8 @@ def note(message: str) -> None:
 
 def reference_figures(finals: list[Final], args: ReportArgs) -> Reference:
     """What each task's scores are normalised by, with a description of it for the report."""
+    if args.metric != "return":
+        return Reference("1, a success rate as it is", {final.env_id: 1.0 for final in finals}, {})
     if args.baseline is None:
         return REFERENCES[args.reference]
     returns = defaultdict(list)
@@ -913,11 +932,11 @@ def reference_figures(finals: list[Final], args: ReportArgs) -> Reference:
     return Reference(f"the mean final return of `{args.baseline}`", means, {})
 
 
-def compared_tasks(finals: list[Final], experiments: list[str], reference: Reference) -> list[str]:
-    """The tasks with a reference figure above their zero that every experiment has a final return on."""
+def compared_tasks(finals: list[Final], experiments: list[str], reference: Reference, score: str) -> list[str]:
+    """The tasks with a reference figure above their zero that every experiment has a `score` on."""
     tasks = []
     for task in sorted({final.env_id for final in finals}):
-        ran = {final.exp_name for final in finals if final.env_id == task and math.isfinite(final.final_return)}
+        ran = {final.exp_name for final in finals if final.env_id == task and math.isfinite(getattr(final, score))}
         missing = [exp_name for exp_name in experiments if exp_name not in ran]
         zero = reference.zeros.get(task, 0.0)
         if task not in reference.figures:
@@ -929,7 +948,7 @@ def compared_tasks(finals: list[Final], experiments: list[str], reference: Refer
                 f"above its zero {zero:g}, so its scores would rank runs backwards"
             )
         elif missing:
-            note(f"the comparison across tasks leaves out {task}: no final return of {', '.join(missing)}")
+            note(f"the comparison across tasks leaves out {task}: no {score.replace('_', ' ')} of {', '.join(missing)}")
         else:
             tasks.append(task)
     return tasks
@@ -946,7 +965,7 @@ def seed_ranges(seeds: list[int]) -> str:
     return ", ".join(f"{lo}" if lo == hi else f"{lo}-{hi}" for lo, hi in ranges)
 
 
-def score_matrix(finals, exp_name, tasks, score, reference: Reference) -> tuple[np.ndarray, list[int]] | None:
+def score_matrix(finals, exp_name, tasks, score, label, reference: Reference) -> tuple[np.ndarray, list[int]] | None:
     """Normalised scores (runs, tasks) of one experiment over the seeds with a value on every task; None if none.
 
     The stratified bootstrap resamples each task's runs, so it needs as many on each: a seed missing on some task
@@ -962,9 +981,7 @@ def score_matrix(finals, exp_name, tasks, score, reference: Reference) -> tuple[
     left_out = [f"{task} seeds {seed_ranges(sorted(seeds_of[task] - set(seeds)))}" for task in tasks]
     left_out = [text for text, task in zip(left_out, tasks) if seeds_of[task] - set(seeds)]
     if left_out:
-        note(
-            f"{exp_name}, {SCORES[score]}: the comparison uses the seeds on every task; leaves out {'; '.join(left_out)}"
-        )
+        note(f"{exp_name}, {label}: the comparison uses the seeds on every task; leaves out {'; '.join(left_out)}")
     if not seeds:
         return None
     zero = {task: reference.zeros.get(task, 0.0) for task in tasks}
@@ -1069,22 +1086,25 @@ def against_control(finals: list[Final], control: str) -> list[str]:
 
 
 def compare(finals: list[Final], args: ReportArgs) -> tuple[list[str], dict[str, np.ndarray]]:
-    """The Markdown of the comparison across tasks, and each experiment's normalised final returns (runs, tasks).
+    """The Markdown of the comparison across tasks, and each experiment's scores (runs, tasks) of the first of
+    --metric's scores (the normalised final returns, or the final success rates).
 
     Empty when no task can be compared.
     """
+    scores_of = SCORES[args.metric]
+    first = next(iter(scores_of))
     reference = reference_figures(finals, args)
     experiments = sorted({final.exp_name for final in finals})
     against = against_control(finals, args.against) if args.against else []
-    tasks = compared_tasks(finals, experiments, reference)
+    tasks = compared_tasks(finals, experiments, reference, first)
     if not tasks:
         return (["## Across tasks", *against] if against else []), {}
-    matrices: dict[str, dict[str, np.ndarray]] = {score: {} for score in SCORES}
-    iqms: dict[str, dict[str, float]] = {score: {} for score in SCORES}
+    matrices: dict[str, dict[str, np.ndarray]] = {score: {} for score in scores_of}
+    iqms: dict[str, dict[str, float]] = {score: {} for score in scores_of}
     rows = []
-    for score, label in SCORES.items():
+    for score, label in scores_of.items():
         for exp_name in experiments:
-            found = score_matrix(finals, exp_name, tasks, score, reference)
+            found = score_matrix(finals, exp_name, tasks, score, label, reference)
             if found is None:
                 continue
             scores, seeds = found
@@ -1093,7 +1113,7 @@ def compare(finals: list[Final], args: ReportArgs) -> tuple[list[str], dict[str,
             cells = [ci_cell(point[i], interval[:, i]) for i in range(2)]
             rows.append([exp_name, label, seed_ranges(seeds), *cells])
     pairs = []
-    for score, label in SCORES.items():
+    for score, label in scores_of.items():
         for a, b in combinations(sorted(matrices[score]), 2):
             x, y = (a, b) if iqms[score][a] >= iqms[score][b] else (b, a)
             point, interval = bootstrap([matrices[score][x], matrices[score][y]], probability_of_improvement, args)
@@ -1107,15 +1127,24 @@ def compare(finals: list[Final], args: ReportArgs) -> tuple[list[str], dict[str,
     )
     eval_part = (
         "; **eval at max**: the same for the run's eval return at the step where its experiment's mean eval curve peaks"
-        if matrices["eval_at_max"]
+        if matrices.get("eval_at_max")
         else ""
     )
+    if args.metric == "return":
+        score_text = (
+            f"**Normalised score**: per run, (final return - zero) / (reference - zero) on its task, the reference "
+            f"being {reference.description} ({figures}; zero is 0 where only the reference is given){eval_part}."
+        )
+    else:
+        at = "at any step of the episode" if args.metric == "any-step-success" else "at the episode's last step"
+        score_text = (
+            f"**Score**: per run, its {scores_of[first]} rate (success {at}), not normalised ({', '.join(tasks)})."
+        )
     lines = [
         "## Across tasks",
         "",
         (
-            f"**Normalised score**: per run, (final return - zero) / (reference - zero) on its task, the reference "
-            f"being {reference.description} ({figures}; zero is 0 where only the reference is given){eval_part}. Per experiment, over the seeds it has on every one of these tasks: the **IQM** "
+            f"{score_text} Per experiment, over the seeds it has on every one of these tasks: the **IQM** "
             "(interquartile mean, the mean of the middle 50% of all run x task scores) and the mean, each with its "
             f"95% confidence interval [low, high] (percentile stratified bootstrap, {args.bootstrap_reps} resamples "
             f"of the runs within each task, seed {args.bootstrap_seed}; `rliable`, after Agarwal et al., NeurIPS "
@@ -1135,14 +1164,16 @@ def compare(finals: list[Final], args: ReportArgs) -> tuple[list[str], dict[str,
             "",
         ]
         lines += markdown_table(["X", "Y", "Score", "P(X > Y) [95% CI]"], pairs, right={3})
-    return lines + against, matrices["final_return"]
+    return lines + against, matrices[first]
 
 
 def plot_profile(matrices: dict[str, np.ndarray], out_dir: Path, args: ReportArgs) -> str:
-    """The performance profile of the normalised final returns, with 95% CI bands; returns its file name."""
+    """The performance profile of the scores (the normalised final returns, or the final success rates), with
+    95% CI bands; returns its file name."""
     plt = pyplot()
     from rliable import library, plot_utils
 
+    score = "normalised final return" if args.metric == "return" else next(iter(SCORES[args.metric].values()))
     everything = np.concatenate([scores.ravel() for scores in matrices.values()])
     taus = np.linspace(min(0.0, everything.min()), max(1.0, everything.max()), 101)
     profiles, bands = {}, {}
@@ -1154,7 +1185,7 @@ def plot_profile(matrices: dict[str, np.ndarray], out_dir: Path, args: ReportArg
         taus,
         performance_profile_cis=bands,
         ax=ax,
-        xlabel="normalised final return τ",
+        xlabel=f"{score} τ",
         ylabel="fraction of runs above τ",
     )
     return save_figure(plt, fig, ax, "performance profile", out_dir / "performance_profile.png")
@@ -1199,7 +1230,15 @@ def main(argv=None) -> int:
         if not args.finals:
             groups = load_groups(args)
             finals = [
-                Final(run.env_id, run.exp_name, run.seed, run.final_return, run.eval_at_max)
+                Final(
+                    run.env_id,
+                    run.exp_name,
+                    run.seed,
+                    run.final_return,
+                    run.eval_at_max,
+                    run.final_success,
+                    run.final_any_step_success,
+                )
                 for runs in groups.values()
                 for run in runs
                 if run.included
@@ -1220,7 +1259,7 @@ def main(argv=None) -> int:
         profile = plot_profile(matrices, args.out_dir, args)
         comparison += [
             "",
-            f"![performance profile: the fraction of runs above each normalised final return]({profile})",
+            f"![performance profile: the fraction of runs above each score]({profile})",
         ]
         written.append(profile)
     if not args.finals:

@@ -347,7 +347,9 @@ def test_csvs_match_the_event_files(tmp_path, capsys):
         assert (float(row["eval_at_max"]) if row["eval_at_max"] else None) == eval_at_max
         assert (float(row["last_eval"]) if row["last_eval"] else None) == last_eval
         assert (float(row["final_success"]) if row["final_success"] else None) == pytest.approx(final_success)
-        assert (float(row["final_any_step_success"]) if row["final_any_step_success"] else None) == pytest.approx(any_step)
+        assert (float(row["final_any_step_success"]) if row["final_any_step_success"] else None) == pytest.approx(
+            any_step
+        )
     # the table: mean and population std over the included seeds, (2.5 / 3 + 0.5) / 2 and 1 / 6; at any step
     # (1 + 2.5 / 3) / 2 and 1 / 12
     assert group_rows(out)["ppo"]["Final success"] == "0.67 ± 0.17"
@@ -629,6 +631,52 @@ def test_the_comparison_from_runs_csv_is_the_one_from_the_event_files(tmp_path, 
     # the mean eval curves peak at step 1000, so eval at max is each run's eval there: `b` ahead on every run
     assert aggregates[("b", "eval at max")][0] == "1-3"
     assert pairs[("b", "a", "eval at max")] == (1.0, 1.0, 1.0)
+
+
+@pytest.mark.parametrize(
+    ("metric", "label", "a", "b", "aggregates_a", "aggregates_b", "p_b_over_a"),
+    [
+        # by hand, pooled over the two tasks: a's 0, 0.2, 0.4, 1 (IQM the middle two, 0.3; mean 0.4), b's 0.4,
+        # 0.5, 0.5, 0.6 (0.5, 0.5); P(b > a) on TaskA (0.6 and 0.4 against 0.2 and 0.4: 1, 1, 1, a tie) 3.5 / 4,
+        # on TaskB (0.5 twice against 0 and 1) 2 / 4: the mean 0.6875
+        ("success", "final success", [[0.2, 0.4], [0.0, 1.0]], [[0.6, 0.4], [0.5, 0.5]], (0.3, 0.4), (0.5, 0.5), 0.69),
+        # a's 0.5, 0.5, 0.5, 1 (0.5, 0.625), b's all 1; P(b > a): TaskA 1, TaskB (1 against 0.5 and 1) 3 / 4
+        (
+            "any-step-success",
+            "final success, any step",
+            [[0.5, 0.5], [0.5, 1.0]],
+            [[1, 1], [1, 1]],
+            (0.5, 0.62),
+            (1, 1),
+            0.88,
+        ),
+    ],
+)
+def test_success_rates_compare_across_tasks_unnormalised(
+    tmp_path, capsys, metric, label, a, b, aggregates_a, aggregates_b, p_b_over_a
+):
+    runs = tmp_path / "runs"
+    tag = {"success": "charts/success_rate", "any-step-success": "charts/any_step_success_rate"}[metric]
+    for exp_name, rates in (("a", a), ("b", b)):
+        for task, task_rates in zip(("TaskA-v1", "TaskB-v1"), rates):
+            for seed, rate in enumerate(task_rates, 1):
+                scalars = {"charts/episodic_return": [(1000, 100.0 * seed)], tag: [(1000, rate)]}
+                write_run(runs, f"{task}__{exp_name}__{seed}__100", scalars)
+    write_run(runs, "Hopper-v4__a__1__100", {"charts/episodic_return": [(1000, 1.0)]})  # reports no success
+    code, markdown, err = run_report(runs, tmp_path / "out", capsys, *REPS, "--metric", metric)
+    assert code == 0, err
+
+    aggregates, pairs = comparison_tables(markdown)
+    for exp_name, (iqm, mean) in (("a", aggregates_a), ("b", aggregates_b)):
+        seeds, iqm_cell, mean_cell = aggregates[(exp_name, label)]
+        assert (seeds, iqm_cell[0], mean_cell[0]) == ("1-2", iqm, mean)
+    assert set(aggregates) == {("a", label), ("b", label)}  # no return, no eval at max
+    assert pairs[("b", "a", label)][0] == p_b_over_a
+    column = {"success": "final success", "any-step-success": "final any step success"}[metric]
+    assert f"leaves out Hopper-v4: no {column} of a, b" in err
+    # the same comparison again from the runs.csv it wrote
+    again, again_pairs, _ = compare(tmp_path / "out" / "runs.csv", tmp_path / "again", capsys, "--metric", metric)
+    assert (again, again_pairs) == (aggregates, pairs)
 
 
 # ---------------------------------------------------------------------------------------------------
