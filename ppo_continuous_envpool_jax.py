@@ -242,15 +242,15 @@ class Start(NamedTuple):
     obs: jax.Array | np.ndarray  # (N, obs_dim), laid out as env_step lays out observations
     episode_return: np.ndarray  # (N,) the raw return of each environment's episode so far
     episode_length: np.ndarray  # (N,)
-    episode_success: np.ndarray  # (N,) the task flagged success at some step of the episode so far
+    episode_any_success: np.ndarray  # (N,) the task flagged success at some step of the episode so far
     is_reset: np.ndarray  # (N,) its last step ended an episode, so its next step is the late reset
 
 
 def reset_start(envs) -> Start:
     obs = reset_observation(envs)
     num_envs = obs.shape[0]
-    zeros = np.zeros(num_envs, bool)
-    return Start(obs, np.zeros(num_envs, np.float32), np.zeros(num_envs, np.int32), zeros, zeros)
+    no_success, no_reset = np.zeros(num_envs, bool), np.zeros(num_envs, bool)
+    return Start(obs, np.zeros(num_envs, np.float32), np.zeros(num_envs, np.int32), no_success, no_reset)
 
 
 def staggered_start(envs) -> Start:
@@ -258,25 +258,26 @@ def staggered_start(envs) -> Start:
     would otherwise end every episode of the batch on the same step, so that each rollout of `num_steps` holds
     one window of the episode, the same in every environment, and the updates see its phases one at a time.
     Environment i is reset before step i * max_steps // N of one episode's length of mid-range actions, and has
-    played max_steps - i * max_steps // N steps of its episode when training starts."""
+    played max_steps - i * max_steps // N steps of its episode when training starts; that first episode's return
+    and success count the steps played before, as they would in an episode that training found under way."""
     num_envs, max_steps = envs.config["num_envs"], envs.spec.config.max_episode_steps
     space = envs.action_space
     action = np.broadcast_to((space.low + space.high) / 2, (num_envs,) + space.shape).astype(space.dtype)
     reset_at = np.arange(num_envs) * max_steps // num_envs
     key = success_key(envs)
     envs.reset()
-    episode_return, episode_success, done = np.zeros(num_envs), np.zeros(num_envs, bool), np.zeros(num_envs, bool)
+    episode_return, episode_any_success, done = np.zeros(num_envs), np.zeros(num_envs, bool), np.zeros(num_envs, bool)
     for t in range(max_steps):
         if (now := np.flatnonzero(reset_at == t)).size:
             envs.reset(now)
-            episode_return[now], episode_success[now], done[now] = 0.0, False, False
+            episode_return[now], episode_any_success[now], done[now] = 0.0, False, False
         obs, reward, terminated, truncated, info = envs.step(action)
         # a late reset starts the next episode
         episode_return = np.where(done, 0.0, episode_return + reward)
-        episode_success = ~done & (episode_success | (info[key] > 0 if key else False))
+        episode_any_success = ~done & (episode_any_success | (info[key] > 0 if key else False))
         done = terminated | truncated
     obs = flatten_observation(obs, observation_layout(envs.observation_space).keys)
-    return Start(np.asarray(obs), episode_return, info["elapsed_step"].astype(np.int32), episode_success, done)
+    return Start(np.asarray(obs), episode_return, info["elapsed_step"].astype(np.int32), episode_any_success, done)
 
 
 class EnvFunctions(NamedTuple):
@@ -392,7 +393,7 @@ class EnvState:
     discounted_return: jax.Array  # (N,)
     episode_return: jax.Array  # (N,) raw, unscaled
     episode_length: jax.Array  # (N,)
-    episode_success: jax.Array  # (N,) the task flagged success at some step of the episode so far
+    episode_any_success: jax.Array  # (N,) the task flagged success at some step of the episode so far
 
 
 def init_env_state(handle, start: Start, norm_obs: bool, obs_rms=None, return_rms=None) -> EnvState:
@@ -411,7 +412,7 @@ def init_env_state(handle, start: Start, norm_obs: bool, obs_rms=None, return_rm
         discounted_return=jnp.zeros(num_envs, jnp.float32),
         episode_return=jnp.asarray(start.episode_return, jnp.float32),
         episode_length=jnp.asarray(start.episode_length, jnp.int32),
-        episode_success=jnp.asarray(start.episode_success, bool),
+        episode_any_success=jnp.asarray(start.episode_any_success, bool),
     )
 
 
@@ -499,7 +500,7 @@ def rollout_step(params, env_state: EnvState, key, *, env: EnvFunctions, apply_f
         scaled_reward = reward
     episode_return = jnp.where(is_reset, 0.0, env_state.episode_return + reward)
     episode_length = jnp.where(is_reset, 0, env_state.episode_length + 1)
-    episode_success = ~is_reset & (env_state.episode_success | success)
+    episode_any_success = ~is_reset & (env_state.episode_any_success | success)
     done = terminated | truncated
 
     transition = Transition(
@@ -521,9 +522,9 @@ def rollout_step(params, env_state: EnvState, key, *, env: EnvFunctions, apply_f
         discounted_return=discounted_return,
         episode_return=episode_return,
         episode_length=episode_length,
-        episode_success=episode_success,
+        episode_any_success=episode_any_success,
     )
-    return env_state, (transition, EpisodeEnd(done, episode_return, episode_length, success, episode_success))
+    return env_state, (transition, EpisodeEnd(done, episode_return, episode_length, success, episode_any_success))
 
 
 def rollout(params, env_state: EnvState, key, *, env: EnvFunctions, apply_fn, args: PPOArgs):
@@ -613,19 +614,20 @@ def collect(params, env_state: EnvState, key, *, env: EnvFunctions, apply_fn, ar
         "explained_variance": explained_variance(batch.value, batch.target, batch.valid),
     }
     if env.success_key:
-        stats["success_rate"] = success_rate(episode_end)
-        stats["any_step_success_rate"] = weighted_mean(episode_end.any_success, episode_end.done)
+        stats["success_rate"], stats["any_step_success_rate"] = success_rates(episode_end)
     return env_state, transitions, batch, stats
 
 
-def success_rate(episode_end: EpisodeEnd):
-    """The fraction of the episodes ending in `episode_end` (T, N) that succeeded.
+def success_rates(episode_end: EpisodeEnd):
+    """The fractions of the episodes ending in `episode_end` (T, N) that succeeded, counted two ways.
 
-    An episode succeeded if the task flagged success at its last step: where the goal was reached and then
-    lost, it was not (TD-MPC2's MetaWorld figures count so; Meta-World's own evaluation and garage count
-    success at any step, logged as any_step_success_rate). Before the first episode ends, 0.
+    The success rate counts an episode whose last step had the flag set: where the goal was reached and then
+    lost, it was not (TD-MPC2's MetaWorld figures count so). The any-step rate counts one whose flag was set at
+    some step (Meta-World's own evaluation and garage count so). Before the first episode ends, 0 and 0.
     """
-    return weighted_mean(episode_end.success, episode_end.done)
+    return weighted_mean(episode_end.success, episode_end.done), weighted_mean(
+        episode_end.any_success, episode_end.done
+    )
 
 
 def recompute_batch(params, transitions: Transition, last_obs, return_rms, *, apply_fn, args: PPOArgs):
@@ -1179,8 +1181,9 @@ class RunRecord:
         where nothing was logged)."""
         window = FINAL_RETURN_STEPS if global_step >= FINAL_RETURN_STEPS else 0.1 * global_step
         rows = [row for row in self.returns if global_step - window < row[0] <= global_step]
-        # A checkpoint written before the any-step rate was recorded has rows of three.
         columns = [[row[k] for row in rows if len(row) > k and row[k] is not None] for k in (1, 2, 3)]
+        if any(len(row) < 4 for row in rows):  # rows of three, from a checkpoint from before the any-step rate:
+            columns[2] = []  # its mean would cover part of the window only
         return tuple(float(np.mean(column)) if column else None for column in columns)
 
 
@@ -1707,7 +1710,7 @@ def summary_line(summary: dict) -> str:
     if summary["final_success"] is not None:
         parts.append(f"final_success={figure(summary['final_success'], 2)}")
     if summary.get("final_any_step_success") is not None:  # absent from summaries written before it
-        parts.append(f"any_step={figure(summary['final_any_step_success'], 2)}")
+        parts.append(f"final_any_step_success={figure(summary['final_any_step_success'], 2)}")
     parts += [
         f"last_eval={figure(last_eval['return'])}@{last_eval['global_step']}" if last_eval else "last_eval=-",
         "wall=-" if wall is None else "wall={}m{:02d}s".format(*divmod(round(wall), 60)),

@@ -96,18 +96,20 @@ def test_the_xla_step_matches_the_numpy_api_on_a_float32_action_task_with_succes
     assert successes > 0 and truncated.any()
 
 
-def test_success_rate_counts_the_flag_at_each_episodes_last_step():
+def test_success_rates_count_the_flag_at_each_episodes_last_step_and_at_any_step():
     # By hand, 3 environments over 5 steps (the step after each end is EnvPool's reset step):
-    #   env 0 ends at t=1 succeeding, then at t=4 failing                 -> 1 of 2
-    #   env 1 succeeds at t=2 and fails at its end, t=3 (reached, then lost) -> 0 of 1
-    #   env 2 succeeds at t=0 and t=4 but ends nowhere                     -> not counted
+    #   env 0 ends at t=1 succeeding, then at t=4 failing                     -> last step 1 of 2, any step 1 of 2
+    #   env 1 succeeds at t=2 and fails at its end, t=3 (reached, then lost)  -> last step 0 of 1, any step 1 of 1
+    #   env 2 succeeds at t=0 and t=4 but ends nowhere                         -> not counted
     done = np.array([[0, 0, 0], [1, 0, 0], [0, 0, 0], [0, 1, 0], [1, 0, 0]], bool)
     success = np.array([[0, 0, 1], [1, 0, 0], [0, 1, 0], [0, 0, 0], [0, 0, 1]], bool)
+    # the flag so far in each episode, as rollout_step carries it (env 0's reset step, t=2, starts it anew)
+    any_success = np.array([[0, 0, 1], [1, 0, 1], [0, 1, 1], [0, 1, 1], [0, 0, 1]], bool)
     zeros = np.zeros(done.shape, np.float32)
-    episode_end = ppo.EpisodeEnd(jnp.asarray(done), zeros, zeros, jnp.asarray(success), jnp.asarray(success))
-    assert float(ppo.success_rate(episode_end)) == pytest.approx(1 / 3)
+    episode_end = ppo.EpisodeEnd(*map(jnp.asarray, (done, zeros, zeros, success, any_success)))
+    assert np.allclose(ppo.success_rates(episode_end), (1 / 3, 2 / 3))
     no_end = ppo.EpisodeEnd(jnp.zeros_like(done), zeros, zeros, jnp.ones_like(success), jnp.ones_like(success))
-    assert float(ppo.success_rate(no_end)) == 0.0
+    assert tuple(map(float, ppo.success_rates(no_end))) == (0.0, 0.0)
 
 
 def test_dmc_episodes_end_truncated_at_1000_steps_and_bootstrap_from_the_final_observation():

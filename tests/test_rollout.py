@@ -173,7 +173,7 @@ def test_staggered_start_is_each_environment_played_alone(env_id):
     np.testing.assert_allclose(start.obs, obs, rtol=1e-6)
     np.testing.assert_allclose(start.episode_return, returns, rtol=1e-9)
     np.testing.assert_array_equal(start.episode_length, lengths)
-    np.testing.assert_array_equal(start.episode_success, succeeded)
+    np.testing.assert_array_equal(start.episode_any_success, succeeded)
     np.testing.assert_array_equal(start.is_reset, ended)
     assert succeeded.any() == (env_id == "MyoSuite/myoElbowPose1D6MRandom-v0")
     if env_id == "CartpoleSwingup-v1":  # by hand: 1000 - 125 i steps; environment 0 has just hit the limit

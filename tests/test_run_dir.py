@@ -52,7 +52,9 @@ def test_the_summary_of_a_task_that_reports_success_has_both_success_rates_of_it
         ((step, value, _),) = parsed_scalars(events, f"eval/{key}")
         assert (summary["last_eval"]["global_step"], summary["last_eval"][key]) == (step, pytest.approx(value))
     line = result.stdout.splitlines()[-1]
-    assert line == ppo.summary_line(summary) and f"any_step={summary['final_any_step_success']:.2f}" in line
+    assert (
+        line == ppo.summary_line(summary) and f"final_any_step_success={summary['final_any_step_success']:.2f}" in line
+    )
 
 
 def test_a_run_ends_with_a_summary_line_and_a_summary_json_that_its_event_files_confirm(tmp_path):
@@ -194,4 +196,6 @@ def test_a_record_from_a_checkpoint_written_before_the_any_step_rate_still_gives
     record = ppo.RunRecord(returns=[[100_000, 1.0, 0.0], [150_000, 2.0, 0.5], [200_000, 4.0, 1.0]])
     assert record.final(200_000) == (3.0, 0.75, None)
     record.add_iteration(250_000, 6.0, (0.0, 1.0))  # the resumed run adds rows of four
-    assert record.final(250_000) == (5.0, 0.5, 1.0)
+    assert record.final(250_000) == (5.0, 0.5, None)  # no any-step rate over half the window
+    record.add_iteration(300_000, 8.0, (1.0, 1.0))
+    assert record.final(300_000) == (7.0, 0.5, 1.0)
