@@ -203,18 +203,25 @@ states = [state(Path(run_dir)) for _, _, run_dir in runs]
 if sys.argv[1] == "plan":  # a diverged run is a result: it is not trained again
     print(*(i for i, s in enumerate(states) if s["status"] not in ("ok", "diverged")))
     sys.exit()
-rows, not_ok = [("env", "seed", "status", "steps", "return", "last-eval", "wall", "run")], []
+
+def rate(value):
+    return "-" if value is None else f"{value:.2f}"
+
+rows, not_ok = [("env", "seed", "status", "steps", "return", "success(last/any)", "last-eval", "wall", "run")], []
 for (env_id, seed, run_dir), s in zip(runs, states):
     ev, wall, ret = s.get("last_eval"), s.get("wall_seconds"), s.get("final_return")
     rows.append((
         env_id, seed, s["status"], f"{s['global_step']}/{s['total_timesteps']}" if "global_step" in s else "-",
-        "-" if ret is None else f"{ret:.1f}", f"{ev['return']:.1f}@{ev['global_step']}" if ev else "-",
+        "-" if ret is None else f"{ret:.1f}", f"{rate(s.get('final_success'))}/{rate(s.get('final_any_step_success'))}",
+        f"{ev['return']:.1f}@{ev['global_step']}" if ev else "-",
         "-" if wall is None else "{}m{:02d}s".format(*divmod(round(wall), 60)), run_dir,
     ))
     if s["status"] != "ok":
         detail = f" -- {s['detail']}" if s.get("detail") else ""
         log = f" [{run_dir}/output.log]" if s["status"] != "not-run" else ""
         not_ok.append(f"{env_id} seed {seed}: {s['status']}{detail}{log}")
+if all(s.get("final_success") is None for s in states):  # the success column only for tasks that report it
+    rows = [row[:5] + row[6:] for row in rows]
 widths = [max(map(len, column)) for column in zip(*rows)]
 print("", *("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows), sep="\n")
 print(f"{len(runs) - len(not_ok)}/{len(runs)} runs ok.")

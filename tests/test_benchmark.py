@@ -11,6 +11,7 @@ RUN_SLURM_TESTS=1.
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import re
@@ -62,12 +63,15 @@ def summary_rows(stdout: str) -> dict[tuple[str, int], dict]:
     """The rows of benchmark.sh's summary table: (env, seed) -> its columns."""
     lines = stdout.splitlines()
     start = next(i for i, line in enumerate(lines) if line.split()[:3] == ["env", "seed", "status"])
+    columns = ["env_id", "seed", "status", "steps", "ret", "success", "last_eval", "wall", "run_dir"]
+    if "success(last/any)" not in lines[start]:  # the column is there only where some run reports success
+        columns.remove("success")
     rows = {}
     for line in lines[start + 1 :]:
         if re.match(r"^\d+/\d+ runs ok\.$", line):
             return rows
-        env_id, seed, status, steps, ret, last_eval, _wall, run_dir = line.split(maxsplit=7)
-        rows[(env_id, int(seed))] = dict(status=status, steps=steps, ret=ret, last_eval=last_eval, run_dir=run_dir)
+        row = dict(zip(columns, line.split(maxsplit=len(columns) - 1)))
+        rows[(row.pop("env_id"), int(row.pop("seed")))] = row
     raise AssertionError(f"no end to the summary table in {stdout!r}")
 
 
@@ -386,6 +390,29 @@ def test_ok_and_failed_runs_pinning_and_threads(tmp_path, stub):
     # --summary reads the same runs again, and runs nothing
     again = benchmark(*command[:-2], "--summary", "--", "--exp-name=a b")
     assert again.returncode == 1 and summary_rows(again.stdout) == rows and started(again.stdout) == []
+
+
+def test_the_summary_shows_both_success_rates_where_a_run_reports_success(tmp_path):
+    """--summary on run directories as two ended runs left them: the success column appears only for a sweep
+    with a task that reports success, the rates at the last step and at any step as summary.json has them."""
+
+    def ended_run(env_id, seed, final_success, final_any_step_success):
+        run_dir = tmp_path / "runs" / f"{env_id}__s__{seed}"
+        run_dir.mkdir(parents=True)
+        summary = dict(status="ok", global_step=10, total_timesteps=10, final_return=1.0, last_eval=None)
+        summary |= dict(wall_seconds=3.0, final_success=final_success, final_any_step_success=final_any_step_success)
+        (run_dir / "summary.json").write_text(json.dumps(summary))
+
+    ended_run("Hopper-v4", 1, None, None)
+    ended_run("FetchReach-v4", 1, 0.25, 0.875)
+    command = ["--workdir", tmp_path, "--seeds", 1, "--summary", "--", "--exp-name", "s"]
+    both = summary_rows(benchmark("--env-ids", "Hopper-v4 FetchReach-v4", *command).stdout)
+    assert {key: row["success"] for key, row in both.items()} == {
+        ("Hopper-v4", 1): "-/-",
+        ("FetchReach-v4", 1): "0.25/0.88",
+    }
+    gym_only = summary_rows(benchmark("--env-ids", "Hopper-v4", *command).stdout)
+    assert "success" not in gym_only[("Hopper-v4", 1)] and gym_only[("Hopper-v4", 1)]["ret"] == "1.0"
 
 
 def test_one_worker_runs_seed_major_on_every_core(tmp_path, stub):
