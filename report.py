@@ -1149,6 +1149,12 @@ def compare(finals: list[Final], args: ReportArgs) -> tuple[list[str], dict[str,
             f"95% confidence interval [low, high] (percentile stratified bootstrap, {args.bootstrap_reps} resamples "
             f"of the runs within each task, seed {args.bootstrap_seed}; `rliable`, after Agarwal et al., NeurIPS "
             "2021)."
+            + (
+                " **One seed**: with one run a task, resampling the runs changes nothing, so these intervals have no "
+                "width: they say nothing of the spread between seeds."
+                if any(len(scores) == 1 for by_exp in matrices.values() for scores in by_exp.values())
+                else ""
+            )
         ),
         "",
     ]

@@ -429,6 +429,7 @@ def test_iqm_and_mean_of_scores_normalised_by_tianshous_figures(tmp_path, capsys
     assert (iqm[0], mean[0]) == (3.5, 15.0)
     assert not pairs  # one experiment: nothing to compare it with
     assert "leaves out Pusher-v4: no reference figure" in err
+    assert "**One seed**" not in (tmp_path / "out" / "benchmark.md").read_text()
 
 
 def test_the_suite_scores_a_random_policy_0_and_the_reference_1(tmp_path, capsys):
@@ -548,6 +549,17 @@ def test_against_an_experiment_that_did_not_run_is_an_error(tmp_path, capsys):
 
     assert code == 1
     assert capsys.readouterr().err == "report.py: error: --against typo: no final return of that exp name\n"
+
+
+def test_one_seed_a_task_is_said_to_give_intervals_without_width(tmp_path, capsys):
+    finals = [
+        (task, exp_name, 1, k * figure) for task, figure in TIANSHOU.items() for exp_name, k in (("a", 1), ("b", 2))
+    ]
+    aggregates, pairs, _ = compare(write_finals(tmp_path / "finals.csv", finals), tmp_path / "out", capsys)
+
+    assert pairs[("b", "a", "final return")] == (1.0, 1.0, 1.0)
+    assert aggregates[("b", "final return")][1] == (2.0, 2.0, 2.0)  # one draw: the estimate is its own interval
+    assert "**One seed**" in (tmp_path / "out" / "benchmark.md").read_text()
 
 
 def test_probability_of_improvement_is_one_when_every_run_is_better(tmp_path, capsys):
