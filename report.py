@@ -20,8 +20,9 @@ With `--finals CSV` it reads per-run finals from a CSV (a `runs.csv` of this too
 published tables) instead of a runs directory, and writes the comparison alone; repeated, it reads them
 all, e.g. the runs.csv of each sweep of a screen, kept after the run directories are gone.
 
-A sweep may still be running: a run that has logged fewer steps than the longest run of its (env id,
-exp name), or no scalar at all yet, is listed as "in progress" and left out of the means and curves. A
+A sweep may still be running: a run whose training process holds its run directory's lock (as benchmark.sh's
+runs do), that has logged fewer steps than the longest run of its (env id, exp name), or no scalar at all yet,
+is listed as "in progress" and left out of the means and curves. A
 run whose training diverged, failed or was interrupted (its summary.json's status, where it has one) is listed
 as such and left out too, with a line on stderr. Other directories are skipped with a line on stderr, except
 `logs` (Slurm's logs of a benchmark.sh sweep; an older benchmark.sh's sweep logs).
@@ -89,6 +90,7 @@ This tool reads the event files only; it does not import the training script.
 from __future__ import annotations
 
 import csv
+import fcntl
 import json
 import math
 import re
@@ -1200,6 +1202,19 @@ def plot_profile(matrices: dict[str, np.ndarray], out_dir: Path, args: ReportArg
 # ---------------------------------------------------------------------------------------------------
 
 
+def training_now(path: Path) -> bool:
+    """A training process holds the run directory's lock (--run-dir, as benchmark.sh runs it): the run is in
+    progress, even where it is the only run of its group, so that no longer run shows it behind."""
+    try:
+        with open(path / ".lock", "rb") as lock:
+            fcntl.flock(lock, fcntl.LOCK_SH | fcntl.LOCK_NB)  # released on closing
+    except FileNotFoundError:
+        return False
+    except BlockingIOError:
+        return True
+    return False
+
+
 def load_groups(args: ReportArgs) -> dict[tuple[str, str], list[Run]]:
     """The runs of RUNS_DIR by (env id, exp name), with their status and eval at max."""
     found = find_run_dirs(args.runs_dir, args)
@@ -1214,7 +1229,9 @@ def load_groups(args: ReportArgs) -> dict[tuple[str, str], list[Run]]:
         longest = max(run.total_steps for run in runs)
         for run in runs:
             ended = run.summary.get("status")  # how the run ended, where it says so; else from its events
-            if ended in ENDED_SHORT + (DIVERGED,) or (run.failure and not ended):
+            if training_now(run.path):  # whatever an earlier attempt's summary says
+                run.status = IN_PROGRESS
+            elif ended in ENDED_SHORT + (DIVERGED,) or (run.failure and not ended):
                 run.status = ended or DIVERGED
                 why = run.failure or run.summary.get("detail")
                 print(f"report.py: {run.path} {run.status} ({why}): left out of the means", file=sys.stderr)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import fcntl
 import json
 import re
 import subprocess
@@ -83,6 +84,19 @@ def test_runs_in_progress_are_listed_but_left_out_of_the_means(tmp_path, capsys)
     halfway = rows[f"{ENV}__ppo__4__100"]
     assert halfway["Status"] == "in progress"
     assert (halfway["Steps"], halfway["Final return"]) == ("200", "10.00")  # what it has so far, shown
+
+
+def test_a_run_whose_training_process_holds_its_lock_is_in_progress_even_alone(tmp_path, capsys):
+    runs = tmp_path / "runs"
+    write_run(runs, f"{ENV}__ppo__1", {"charts/episodic_return": [(100, 5.0)]})
+    (runs / f"{ENV}__ppo__1" / "summary.json").write_text(json.dumps({"status": "interrupted"}))  # an earlier attempt
+    with open(runs / f"{ENV}__ppo__1" / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # as the training script holds it while it lives
+        code, out, _ = run_report(runs, tmp_path / "out", capsys, "--no-plots")
+    assert code == 0 and run_rows(out)[f"{ENV}__ppo__1"]["Status"] == "in progress"
+    # once the process has gone, its summary.json says how it ended
+    code, out, err = run_report(runs, tmp_path / "out", capsys, "--no-plots")
+    assert run_rows(out)[f"{ENV}__ppo__1"]["Status"] == "interrupted" and "interrupted" in err
 
 
 def test_a_diverged_run_is_listed_and_counted_but_left_out_of_the_means(tmp_path, capsys):
