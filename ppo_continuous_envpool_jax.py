@@ -272,8 +272,7 @@ def staggered_start(envs) -> Start:
             envs.reset(now)
             episode_return[now], episode_any_success[now], done[now] = 0.0, False, False
         obs, reward, terminated, truncated, info = envs.step(action)
-        # a late reset starts the next episode
-        episode_return = np.where(done, 0.0, episode_return + reward)
+        episode_return = np.where(done, 0.0, episode_return + reward)  # a late reset starts the next episode
         episode_any_success = ~done & (episode_any_success | (info[key] > 0 if key else False))
         done = terminated | truncated
     obs = flatten_observation(obs, observation_layout(envs.observation_space).keys)
@@ -625,9 +624,8 @@ def success_rates(episode_end: EpisodeEnd):
     lost, it was not (TD-MPC2's MetaWorld figures count so). The any-step rate counts one whose flag was set at
     some step (Meta-World's own evaluation and garage count so). Before the first episode ends, 0 and 0.
     """
-    return weighted_mean(episode_end.success, episode_end.done), weighted_mean(
-        episode_end.any_success, episode_end.done
-    )
+    done = episode_end.done
+    return weighted_mean(episode_end.success, done), weighted_mean(episode_end.any_success, done)
 
 
 def recompute_batch(params, transitions: Transition, last_obs, return_rms, *, apply_fn, args: PPOArgs):
@@ -983,7 +981,7 @@ class Evaluation(NamedTuple):
     returns: np.ndarray  # (--eval-episodes,)
     lengths: np.ndarray  # (--eval-episodes,)
     first_actions: np.ndarray  # (max episode steps, act_dim) as sent in the first episode, for its video
-    successes: np.ndarray | None  # (--eval-episodes,) bool, where the task reports success (see success_rate)
+    successes: np.ndarray | None  # (--eval-episodes,) bool, where the task reports success (see success_rates)
     any_successes: np.ndarray | None  # (--eval-episodes,) bool, success flagged at some step of the episode
 
 
@@ -1246,10 +1244,8 @@ class IterationLogger:
         success_rate, any_step_success_rate = None, None
         self.writer.add_scalar("eval/episodic_return", evaluation.returns.mean(), global_step)
         if evaluation.successes is not None:
-            success_rate, any_step_success_rate = (
-                float(evaluation.successes.mean()),
-                float(evaluation.any_successes.mean()),
-            )
+            success_rate = float(evaluation.successes.mean())
+            any_step_success_rate = float(evaluation.any_successes.mean())
             self.writer.add_scalar("eval/success_rate", success_rate, global_step)
             self.writer.add_scalar("eval/any_step_success_rate", any_step_success_rate, global_step)
         self.record.last_eval = {
