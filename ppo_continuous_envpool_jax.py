@@ -997,6 +997,19 @@ class EvalCarry(NamedTuple):
     first_actions: jax.Array  # (max episode steps, act_dim)
 
 
+def evaluation_seed(seed: int) -> int:
+    """The seed of the evaluation's EnvPool, drawn from the run's seed.
+
+    EnvPool seeds its environment i with seed + i, so pools made from neighbouring seeds share all but one
+    environment: evaluated from their own seeds, runs 1, 2 and 3 would play 8 of the same 10 starts (on
+    FingerTurnHard-v1, where about one start in eleven begins on the target, all three read exactly 300). Drawn
+    seeds put each run's starts in a block of its own (two blocks of 10 meet with odds of about one in 50 million),
+    the same whatever --eval-episodes, whose first episodes are those of a longer evaluation. Below 2^30, the
+    pool's seeds + i stay in EnvPool's int32.
+    """
+    return int(np.random.SeedSequence(seed).generate_state(1)[0] >> 2)
+
+
 def evaluate(args: Args, params, obs_rms: RunningMeanStd) -> Evaluation:
     """--eval-episodes episodes of the mean action, one per environment, as one compiled loop over EnvPool's
     XLA step.
@@ -1007,7 +1020,7 @@ def evaluate(args: Args, params, obs_rms: RunningMeanStd) -> Evaluation:
     the EnvPool it steps, so each evaluation compiles it: without LLVM's optimisations, which take longer
     than they save on a loop that mostly waits for the environments (docs/speed.md).
     """
-    envs, handle, xla_step = make_envs(args.env_id, args.eval_episodes, args.num_threads, args.seed)
+    envs, handle, xla_step = make_envs(args.env_id, args.eval_episodes, args.num_threads, evaluation_seed(args.seed))
     network, env = make_network(args, envs), env_functions(envs, xla_step)
     num_episodes, max_steps = args.eval_episodes, envs.spec.config.max_episode_steps
 
@@ -1061,12 +1074,14 @@ VIDEO_FPS = 30
 def record_video(args: Args, evaluation: Evaluation, path: str):
     """Replays the first episode of `evaluation` on a rendering EnvPool to an MP4, one frame per step and the first.
 
-    Its environment is the evaluation's first (same task and seed, so the same start), and MuJoCo is
+    Its environment is the evaluation's first (same task and EnvPool seed, so the same start), and MuJoCo is
     deterministic: the replayed actions give the evaluated episode exactly.
     """
     render = {"render_mode": "rgb_array", "render_width": VIDEO_SIZE[0], "render_height": VIDEO_SIZE[1]}
     options = {**render, **ENV_OPTIONS.get(family_name(args.env_id), {})}
-    envs = envpool.make(args.env_id, env_type="gymnasium", num_envs=1, num_threads=1, seed=args.seed, **options)
+    envs = envpool.make(
+        args.env_id, env_type="gymnasium", num_envs=1, num_threads=1, seed=evaluation_seed(args.seed), **options
+    )
     envs.reset()
     frames = [envs.render()[0]]
     for action in evaluation.first_actions[: evaluation.lengths[0]]:

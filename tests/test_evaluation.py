@@ -20,10 +20,12 @@ def saved_policy(run_dir, **overrides):
     return replace(checkpoint["args"], **overrides), params, obs_rms
 
 
-def numpy_evaluation(args, params, obs_rms, success_key=None):
+def numpy_evaluation(args, params, obs_rms, success_key=None, pool_seed=None):
     """The evaluation as it was before it was compiled: EnvPool's NumPy API, one jitted mean action a step; with
-    `success_key`, also each episode's success flag at its last step and whether it was set at any step."""
-    envs = envpool.make(args.env_id, env_type="gymnasium", num_envs=args.eval_episodes, seed=args.seed)
+    `success_key`, also each episode's success flag at its last step and whether it was set at any step.
+    EnvPool's seed is the evaluation's unless `pool_seed` says otherwise."""
+    seed = ppo.evaluation_seed(args.seed) if pool_seed is None else pool_seed
+    envs = envpool.make(args.env_id, env_type="gymnasium", num_envs=args.eval_episodes, seed=seed)
     network = ppo.make_network(args, envs)
     low, high = envs.action_space.low.astype(np.float32), envs.action_space.high.astype(np.float32)
 
@@ -68,6 +70,21 @@ def test_every_evaluation_starts_from_the_same_states_and_the_seed_chooses_them(
     np.testing.assert_array_equal(first.returns, second.returns)
     other_seed = ppo.evaluate(replace(args, seed=args.seed + 100), params, obs_rms)
     assert not np.array_equal(first.returns, other_seed.returns)
+    # A shorter evaluation plays the first episodes of a longer one.
+    np.testing.assert_array_equal(
+        ppo.evaluate(replace(args, eval_episodes=2), params, obs_rms).returns, first.returns[:2]
+    )
+
+
+def test_neighbouring_seeds_evaluate_on_starts_of_their_own(saved_run):
+    """EnvPool seeds environment i with seed + i: evaluated from the run's seed itself, seed s + 1's episodes
+    would be seed s's shifted by one (the second reference below), the same policy scoring the same returns."""
+    run_dir, _ = saved_run
+    args, params, obs_rms = saved_policy(run_dir, eval_episodes=4)
+    first, neighbour = (ppo.evaluate(replace(args, seed=seed), params, obs_rms) for seed in (7, 8))
+    assert not set(first.returns) & set(neighbour.returns)
+    shifted = [numpy_evaluation(args, params, obs_rms, pool_seed=seed)[0] for seed in (7, 8)]
+    np.testing.assert_array_equal(shifted[0][1:], shifted[1][:-1])
 
 
 def test_the_first_episodes_actions_replay_it_exactly_on_one_environment(saved_run):
@@ -76,7 +93,7 @@ def test_the_first_episodes_actions_replay_it_exactly_on_one_environment(saved_r
     run_dir, _ = saved_run
     args, params, obs_rms = saved_policy(run_dir, eval_episodes=3)
     evaluation = ppo.evaluate(args, params, obs_rms)
-    replay = envpool.make(args.env_id, env_type="gymnasium", num_envs=1, seed=args.seed)
+    replay = envpool.make(args.env_id, env_type="gymnasium", num_envs=1, seed=ppo.evaluation_seed(args.seed))
     replay.reset()
     episode_return, ends = 0.0, []
     for action in evaluation.first_actions[: evaluation.lengths[0]]:
