@@ -184,8 +184,9 @@ def make_envs(env_id: str, num_envs: int, num_threads: int, seed: int):
 # MuJoCo Playground's privileged_state holds what a real robot cannot measure: it is for the critic alone.
 CRITIC_ONLY_KEYS = ("privileged_state",)
 # MetaWorld, Adroit, the mazes and four Playground tasks report `success`; Fetch and the Shadow hand
-# `is_success`; MyoSuite `solved`.
-SUCCESS_KEYS = ("success", "is_success", "solved")
+# `is_success`; MyoSuite `solved`; Playground's Panda tasks only their reward's success term (the cube at its
+# target, which ends the episode), which the Leap and Aero hands report beside `success`.
+SUCCESS_KEYS = ("success", "is_success", "solved", "reward_success")
 
 
 class ObservationLayout(NamedTuple):

@@ -96,6 +96,25 @@ def test_the_xla_step_matches_the_numpy_api_on_a_float32_action_task_with_succes
     assert successes > 0 and truncated.any()
 
 
+@pytest.mark.parametrize(
+    "env_id, key",
+    [
+        ("MetaWorld/Reach-v3", "success"),
+        ("FetchReach-v4", "is_success"),
+        ("myoHandReachRandom-v0", "solved"),
+        ("PandaPickCubeCartesian-v1", "reward_success"),
+        ("LeapCubeReorient-v1", "success"),  # reports reward_success too
+        ("Go1JoystickFlatTerrain-v1", None),
+        ("Hopper-v4", None),
+    ],
+)
+def test_each_family_reports_success_under_its_own_key(env_id, key):
+    envs = envpool.make(env_id, env_type="gymnasium", num_envs=1, seed=0)
+    info_keys = {name.removeprefix("info:") for name in envs.spec.state_array_spec if name.startswith("info:")}
+    assert key is None or key in info_keys
+    assert ppo.success_key(envs) == key
+
+
 def test_success_rates_count_the_flag_at_each_episodes_last_step_and_at_any_step():
     # By hand, 3 environments over 5 steps (the step after each end is EnvPool's reset step):
     #   env 0 ends at t=1 succeeding, then at t=4 failing                     -> last step 1 of 2, any step 1 of 2
