@@ -65,6 +65,16 @@ import optax
 import tyro
 from flax.training.train_state import TrainState
 
+# JAX runs on the CPU: EnvPool's XLA step is a host-side call, on a GPU backend an early version of this
+# script trained silently wrong, and for 64x64 networks the CPU is as fast (docs/how-it-works.md).
+jax.config.update("jax_platforms", "cpu")
+# Compiled programs are kept on disk, so the next run with the same shapes loads its set-up and update
+# instead of compiling them. JAX_COMPILATION_CACHE_DIR picks another folder, JAX_ENABLE_COMPILATION_CACHE=false
+# turns it off.
+if jax.config.jax_compilation_cache_dir is None:
+    jax.config.update("jax_compilation_cache_dir", os.path.expanduser("~/.cache/ppo_continuous_envpool_jax"))
+jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
+
 
 @dataclass
 class PPOArgs:
@@ -837,17 +847,6 @@ def make_programs(args: PPOArgs, envs, xla_step) -> Programs:
 # ===================================================================================================
 # Running it: checkpoints, evaluation and video, signals, progress and logging, W&B, the command line.
 # ===================================================================================================
-
-
-# JAX runs on the CPU: EnvPool's XLA step is a host-side call, on a GPU backend an early version of this
-# script trained silently wrong, and for 64x64 networks the CPU is as fast (docs/how-it-works.md).
-jax.config.update("jax_platforms", "cpu")
-# Compiled programs are kept on disk, so the next run with the same shapes loads its set-up and update
-# instead of compiling them. JAX_COMPILATION_CACHE_DIR picks another folder, JAX_ENABLE_COMPILATION_CACHE=false
-# turns it off.
-if jax.config.jax_compilation_cache_dir is None:
-    jax.config.update("jax_compilation_cache_dir", os.path.expanduser("~/.cache/ppo_continuous_envpool_jax"))
-jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
 
 
 @dataclass
