@@ -19,8 +19,8 @@ runs/{env_id}__{exp_name}__{seed}/ under --workdir (exp_name: the --exp-name aft
 ppo_continuous_envpool_jax), its output appended to output.log there. The same command again finishes the
 sweep, locally or on Slurm: runs that ended (ok, or diverged: a result) are skipped, runs with a checkpoint
 resumed, the rest started; so give each configuration its own --exp-name. At the end a summary from each
-run's summary.json. Exit status: 0 when every run is ok, 1 otherwise, 130 after Ctrl-C (every running run
-keeps a checkpoint), 2 for a bad option.
+run's summary.json. Exit status: 0 when every run is ok, 1 otherwise, 130 after Ctrl-C and 143 after a SIGTERM
+(every running run keeps a checkpoint), 2 for a bad option.
 
   --env-ids "A B ..."   env ids, separated by spaces or commas (default: "HalfCheetah-v4 Hopper-v4 Walker2d-v4")
   --seeds N             seeds per env id (default: 3)
@@ -303,8 +303,21 @@ run_in_slot() {
 export -f run_in_slot
 export SLOT_CPUS="${slot_cpus[*]}"
 echo "$PROG: $plan; python: ${python[*]}"
+# xargs runs in the background, so that a signal's trap runs at once rather than when xargs returns; with
+# SIGINT and SIGQUIT back to their defaults, which bash ignores in background commands: Ctrl-C reaches xargs
+# and every run (the terminal signals the whole process group), as does Slurm's or a group's SIGTERM.
 for i in "${todo[@]}"; do printf '%s\0%s\0' "${dirs[i]}" "$(run_command "$i")"; done |
-    xargs -0 -r -n 2 -P "$workers" --process-slot-var=SLOT bash -c 'run_in_slot "$@"' run || true
+    { trap - INT QUIT; exec xargs -0 -r -n 2 -P "$workers" --process-slot-var=SLOT bash -c 'run_in_slot "$@"' run; } &
+xargs_pid=$!
+# A SIGTERM sent to this script alone (kill PID) goes on to each run, a child of one of xargs' workers, and to
+# xargs, which then starts no more. Sent to the group, each run gets it twice, and ignores the second.
+stop_runs() {
+    local worker
+    for worker in $(pgrep -P "$xargs_pid"); do pkill -TERM -P "$worker" || true; done
+    kill -TERM "$xargs_pid" 2>/dev/null || true
+}
+trap 'stopped=143; stop_runs' TERM
+while kill -0 "$xargs_pid" 2>/dev/null; do wait "$xargs_pid" || true; done
 if ((stopped)); then  # xargs has gone; the runs are saving their checkpoints: wait for each to let go of its lock
     for dir in "${dirs[@]}"; do ! [[ -e "$dir/.lock" ]] || flock "$dir/.lock" true || true; done
 fi

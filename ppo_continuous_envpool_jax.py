@@ -1117,20 +1117,27 @@ def open_gl_context(width: int, height: int):
 
 
 class StopRequest:
-    """Signal handler for SIGINT and SIGTERM: the training loop stops at the end of the iteration."""
+    """Signal handler for SIGINT and SIGTERM: the training loop stops at the end of the iteration.
+
+    Once it is stopping, a SIGINT (Ctrl-C again) aborts; a further SIGTERM is ignored: a sweep that forwards
+    its SIGTERM to its runs, sent to the sweep's whole process group, delivers two, and whoever sends SIGTERM
+    follows it with SIGKILL to abort (Slurm, systemd, docker).
+    """
 
     def __init__(self):
         self.signum = None
 
     def __call__(self, signum, _frame):
         name = signal.Signals(signum).name
+        if self.signum is not None and signum == signal.SIGTERM:
+            return
         if self.signum is not None:
-            # A second signal aborts at once. Not by an exception: one raised while a rollout is in flight
-            # would tear EnvPool down under it. What is on disk stays: the last checkpoint, the flushed log.
+            # Not by an exception: one raised while a rollout is in flight would tear EnvPool down under it.
+            # What is on disk stays: the last checkpoint, the flushed log.
             print(f"\n{name} again: aborting without saving", file=sys.stderr, flush=True)
             os._exit(128 + signum)
         self.signum = signum
-        print(f"\n{name}: stopping after this iteration (send it again to abort without saving)", file=sys.stderr)
+        print(f"\n{name}: stopping after this iteration (Ctrl-C again aborts without saving)", file=sys.stderr)
 
 
 def print_progress(_step: int, line: str):

@@ -466,6 +466,52 @@ def test_ctrl_c_stops_every_run_with_its_checkpoint_and_the_same_command_finishe
     assert attempts(tmp_path / "runs" / f"Good-v0__{EXP}__1") == 1
 
 
+def test_a_sigterm_sent_to_the_sweep_alone_stops_every_run_with_its_checkpoint(tmp_path, stub, fifo):
+    """`kill PID` reaches only the sweep's script: it passes the SIGTERM on to each run and to xargs, so that no
+    run starts after it, each running one saves its state, and the sweep summarises once they have (exit 143)."""
+    fifo_path, fd = fifo
+    env = {**os.environ, "STUB_FIFO": str(fifo_path)}
+    command = ["--workdir", tmp_path, "--python", stub, "--env-ids", "Block-v0 Good-v0", "--seeds", 2, "--workers", 2]
+    process = start_process(BENCHMARK, *command, env=env)
+    try:
+        pids = {wait_started(fd), wait_started(fd)}  # Block-v0 seeds 1 and 2 (Good-v0 seed 1 ended between them)
+        process.send_signal(signal.SIGTERM)
+        stdout, stderr = process.communicate(timeout=60)
+    finally:
+        process.kill()
+    assert process.returncode == 143, stdout + stderr
+    assert {key: row["status"] for key, row in summary_rows(stdout).items()} == {
+        ("Block-v0", 1): "interrupted", ("Good-v0", 1): "ok", ("Block-v0", 2): "interrupted", ("Good-v0", 2): "not-run",
+    }  # fmt: skip
+    assert not_ok_lines(stdout)[("Block-v0", 1)].startswith("Block-v0 seed 1: interrupted -- SIGTERM [")
+    for pid in pids:  # the runs' processes are gone
+        assert not Path(f"/proc/{pid}").exists() or Path(f"/proc/{pid}/stat").read_text().split()[2] in "ZX"
+
+
+def test_a_sigterm_sent_to_the_sweeps_process_group_stops_each_real_run_with_its_state_saved(tmp_path):
+    """As Slurm or `kill -TERM -PGID` send it: each training process stops after its iteration, saves its state
+    and says so in its summary, and the sweep summarises after them. (Should the sweep's own SIGTERM also reach a
+    run, as it can when xargs outlives the signal by a moment, the run ignores it: the test of StopRequest.)"""
+    command = [
+        "--workdir", tmp_path, "--env-ids", "Hopper-v4", "--seeds", 2, "--workers", 2,
+        "--", *SMALL, "--total-timesteps", 10**6, "--checkpoint-every-seconds", 1e9,
+    ]  # fmt: skip
+    logs = [tmp_path / "runs" / f"Hopper-v4__{EXP}__{seed}" / "output.log" for seed in (1, 2)]
+    process = start_process(BENCHMARK, *command)
+    try:
+        wait_for(lambda: all(log.exists() and "iteration=" in log.read_text() for log in logs), 300, "iterations")
+        os.killpg(process.pid, signal.SIGTERM)
+        stdout, stderr = process.communicate(timeout=120)
+    finally:
+        process.kill()
+    assert process.returncode == 143, stdout + stderr
+    for log in logs:
+        summary = json.loads((log.parent / "summary.json").read_text())
+        assert (summary["status"], summary["detail"]) == ("interrupted", "SIGTERM")
+        assert (log.parent / f"{EXP}.model").exists()
+        assert "aborting" not in log.read_text()
+
+
 def test_a_diverged_run_is_a_result_that_the_same_command_does_not_start_again(tmp_path, stub):
     command = ["--workdir", tmp_path, "--python", stub, "--env-ids", "Good-v0 Diverge-v0", "--seeds", 1]
     result = benchmark(*command)

@@ -286,6 +286,24 @@ def test_a_second_signal_aborts_in_one_line_and_keeps_the_last_checkpoint(tmp_pa
     assert checkpoint["global_step"] in (16384, 2 * 16384)  # iteration 1's, or 2's if saved in between
 
 
+def test_a_repeated_sigterm_is_ignored_and_the_run_saves_its_state(tmp_path):
+    """A sweep forwards its SIGTERM to its runs; sent to the sweep's process group, each run gets two."""
+    flags = ["--env-id", "Hopper-v4", "--num-envs", "8", "--num-steps", "2048", "--total-timesteps", "1000000"]
+    process = start(tmp_path, *flags, "--checkpoint-every-seconds", "1e9")
+    wait_for_line(process, "iteration=1/")
+    process.send_signal(signal.SIGTERM)
+    while not (line := process.stderr.readline()).startswith("SIGTERM: stopping after this iteration"):
+        assert line, "the run ended before saying it would stop"
+    process.send_signal(signal.SIGTERM)
+    _stdout, stderr = process.communicate(timeout=120)
+    assert process.returncode == 143
+    assert "aborting" not in stderr
+    summary = json.loads((only_run_dir(tmp_path) / "summary.json").read_text())
+    assert (summary["status"], summary["detail"]) == ("interrupted", "SIGTERM")
+    # the state at the iteration where it stopped, saved on the way out (no checkpoint was due before)
+    assert ppo.load_checkpoint(str(only_run_dir(tmp_path) / MODEL_NAME))["global_step"] == summary["global_step"]
+
+
 def test_a_resumed_run_stopped_early_keeps_the_checkpoint_it_resumed_from(tmp_path):
     returncode, _ = signal_after_first_iteration(tmp_path, signal.SIGTERM, *HOPPER, "--total-timesteps", "8192")
     assert returncode == 143
