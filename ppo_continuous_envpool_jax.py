@@ -1119,9 +1119,9 @@ def open_gl_context(width: int, height: int):
 class StopRequest:
     """Signal handler for SIGINT and SIGTERM: the training loop stops at the end of the iteration.
 
-    Once it is stopping, a SIGINT (Ctrl-C again) aborts; a further SIGTERM is ignored: a sweep that forwards
-    its SIGTERM to its runs, sent to the sweep's whole process group, delivers two, and whoever sends SIGTERM
-    follows it with SIGKILL to abort (Slurm, systemd, docker).
+    Once it is stopping, a SIGINT (Ctrl-C again) aborts; a further SIGTERM is ignored: benchmark.sh passes its
+    SIGTERM on to its runs, so one sent to the sweep's whole process group can reach a run twice, and whoever
+    sends SIGTERM follows it with SIGKILL to abort (Slurm, systemd, docker).
     """
 
     def __init__(self):
@@ -1137,7 +1137,7 @@ class StopRequest:
             print(f"\n{name} again: aborting without saving", file=sys.stderr, flush=True)
             os._exit(128 + signum)
         self.signum = signum
-        print(f"\n{name}: stopping after this iteration (Ctrl-C again aborts without saving)", file=sys.stderr)
+        print(f"\n{name}: stopping after this iteration (a Ctrl-C now aborts without saving)", file=sys.stderr)
 
 
 def print_progress(_step: int, line: str):
