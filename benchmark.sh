@@ -311,9 +311,11 @@ for i in "${todo[@]}"; do printf '%s\0%s\0' "${dirs[i]}" "$(run_command "$i")"; 
 xargs_pid=$!
 # A SIGTERM sent to this script alone (kill PID) goes on to each run, a child of one of xargs' workers, and to
 # xargs, which then starts no more. Sent to the group, each run gets it twice, and ignores the second.
-stop_runs() {
+stop_runs() {  # children from /proc, as procps may be missing from a container
     local worker
-    for worker in $(pgrep -P "$xargs_pid"); do pkill -TERM -P "$worker" || true; done
+    for worker in $(cat /proc/"$xargs_pid"/task/*/children 2>/dev/null); do
+        kill -TERM $(cat /proc/"$worker"/task/*/children 2>/dev/null) 2>/dev/null || true
+    done
     kill -TERM "$xargs_pid" 2>/dev/null || true
 }
 trap 'stopped=143; stop_runs' TERM
