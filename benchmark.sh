@@ -303,23 +303,35 @@ run_in_slot() {
 export -f run_in_slot
 export SLOT_CPUS="${slot_cpus[*]}"
 echo "$PROG: $plan; python: ${python[*]}"
-# xargs runs in the background, so that a signal's trap runs at once rather than when xargs returns; with
-# SIGINT and SIGQUIT back to their defaults, which bash ignores in background commands: Ctrl-C reaches xargs
-# and every run (the terminal signals the whole process group), as does Slurm's or a group's SIGTERM.
+# A SIGTERM sent to this script alone (kill PID) goes on to xargs' workers and their runs: xargs is stopped
+# first, so that it starts no worker meanwhile; a worker whose run has not started exits before starting it;
+# each run saves its state; then xargs goes. (Sent to the whole group, the runs have it already, and ignore a
+# second.) The children come from /proc, as procps may be missing from a container.
+xargs_pid=""
+stop_runs() {
+    [[ -n "$xargs_pid" ]] || return 0
+    local children=/proc/$xargs_pid/task/$xargs_pid/children slots worker
+    kill -STOP "$xargs_pid" 2>/dev/null || return 0
+    [[ -r "$children" ]] || echo "$PROG: warning: cannot list xargs' workers ($children): the runs go on to their end" >&2
+    slots=$(cat "$children" 2>/dev/null) || true
+    for worker in $slots; do
+        kill -TERM "$worker" $(cat /proc/"$worker"/task/"$worker"/children 2>/dev/null) 2>/dev/null || true
+    done
+    kill -TERM "$xargs_pid" 2>/dev/null || true
+    kill -CONT "$xargs_pid" 2>/dev/null || true
+}
+trap 'stopped=143; stop_runs' TERM
+# xargs runs in the background, so that a trap runs at once rather than when xargs returns. Background commands
+# start with SIGINT ignored: it is restored for xargs, and the INT trap also stops xargs (bash 4.2 cannot restore
+# it), so that Ctrl-C, which the terminal sends to every run, starts no new one.
 for i in "${todo[@]}"; do printf '%s\0%s\0' "${dirs[i]}" "$(run_command "$i")"; done |
     { trap - INT QUIT; exec xargs -0 -r -n 2 -P "$workers" --process-slot-var=SLOT bash -c 'run_in_slot "$@"' run; } &
 xargs_pid=$!
-# A SIGTERM sent to this script alone (kill PID) goes on to each run, a child of one of xargs' workers, and to
-# xargs, which then starts no more. Sent to the group, each run gets it twice, and ignores the second.
-stop_runs() {  # children from /proc, as procps may be missing from a container
-    local worker
-    for worker in $(cat /proc/"$xargs_pid"/task/*/children 2>/dev/null); do
-        kill -TERM $(cat /proc/"$worker"/task/*/children 2>/dev/null) 2>/dev/null || true
-    done
-    kill -TERM "$xargs_pid" 2>/dev/null || true
-}
-trap 'stopped=143; stop_runs' TERM
+trap 'stopped=130; kill -TERM "$xargs_pid" 2>/dev/null || true' INT
+((stopped != 143)) || stop_runs  # a SIGTERM that came before xargs_pid was known
 while kill -0 "$xargs_pid" 2>/dev/null; do wait "$xargs_pid" || true; done
+trap 'stopped=143' TERM
+trap 'stopped=130' INT
 if ((stopped)); then  # xargs has gone; the runs are saving their checkpoints: wait for each to let go of its lock
     for dir in "${dirs[@]}"; do ! [[ -e "$dir/.lock" ]] || flock "$dir/.lock" true || true; done
 fi

@@ -194,8 +194,8 @@ def make_envs(env_id: str, num_envs: int, num_threads: int, seed: int):
 # MuJoCo Playground's privileged_state holds what a real robot cannot measure: it is for the critic alone.
 CRITIC_ONLY_KEYS = ("privileged_state",)
 # MetaWorld, Adroit, the mazes and four Playground tasks report `success`; Fetch and the Shadow hand
-# `is_success`; MyoSuite `solved`; Playground's Panda tasks only their reward's success term (the cube at its
-# target, which ends the episode), which the Leap and Aero hands report beside `success`.
+# `is_success`; MyoSuite `solved`; Playground's Panda tasks only their reward's success term (for the cube
+# tasks, the cube at its target, which ends the episode), which the Leap and Aero hands report beside `success`.
 SUCCESS_KEYS = ("success", "is_success", "solved", "reward_success")
 
 
@@ -1014,7 +1014,7 @@ def evaluate(args: Args, params, obs_rms: RunningMeanStd) -> Evaluation:
     """--eval-episodes episodes of the mean action, one per environment, as one compiled loop over EnvPool's
     XLA step.
 
-    The environments are made anew from the run's seed each time: the training environments are never
+    The environments are made anew from the run's evaluation seed each time: the training environments are never
     stepped, and every evaluation of a run starts from the same states, so its curve compares policies, not
     starts (new starts each time add their own noise: docs/how-it-works.md). The program is bound to
     the EnvPool it steps, so each evaluation compiles it: without LLVM's optimisations, which take longer
@@ -1119,9 +1119,10 @@ def open_gl_context(width: int, height: int):
 class StopRequest:
     """Signal handler for SIGINT and SIGTERM: the training loop stops at the end of the iteration.
 
-    Once it is stopping, a SIGINT (Ctrl-C again) aborts; a further SIGTERM is ignored: benchmark.sh passes its
-    SIGTERM on to its runs, so one sent to the sweep's whole process group can reach a run twice, and whoever
-    sends SIGTERM follows it with SIGKILL to abort (Slurm, systemd, docker).
+    Once it is stopping, a SIGINT (Ctrl-C again) aborts; a further SIGTERM is ignored, here and while the run
+    saves its state (`run_training`): benchmark.sh passes its SIGTERM on to its runs, so one sent to the sweep's
+    whole process group can reach a run twice, and whoever sends SIGTERM follows it with SIGKILL to abort
+    (Slurm, systemd, docker).
     """
 
     def __init__(self):
@@ -1617,7 +1618,7 @@ def run_training(args: Args, checkpoint: dict | None, command: list[str]):
     # whose earlier attempt ended before its first checkpoint supersedes all of that attempt's events.
     earlier_events = glob.glob(os.path.join(glob.escape(run_dir), "events.out.tfevents.*"))
     purge_step = start_step + 1 if args.resume else (0 if earlier_events else None)
-    stop = StopRequest()
+    stop, sigterm_handler = StopRequest(), signal.getsignal(signal.SIGTERM)
     status, detail, global_step, writer, wandb = "failed", None, start_step, None, None
     try:
         wandb = start_wandb(args, run_name) if args.track else None
@@ -1633,9 +1634,12 @@ def run_training(args: Args, checkpoint: dict | None, command: list[str]):
             logger = IterationLogger(args, writer, report, checkpoints, record)
             try:
                 result = train(args, logger, stop, checkpoint)
-            finally:  # from here on, Ctrl-C interrupts the save and evaluation as usual (main makes it one line)
-                for signum, handler in handlers.items():
-                    signal.signal(signum, handler)
+            finally:
+                # From here on, Ctrl-C interrupts the save and evaluation as usual (main makes it one line). A run
+                # stopping on a signal ignores SIGTERM to its end: it is saving its state, and a sweep's SIGTERM
+                # can follow its process group's.
+                signal.signal(signal.SIGINT, handlers[signal.SIGINT])
+                signal.signal(signal.SIGTERM, signal.SIG_IGN if stop.signum else handlers[signal.SIGTERM])
         state = result.state
         global_step = state.global_step
         # A signal in the last iteration still leaves a finished run.
@@ -1677,6 +1681,7 @@ def run_training(args: Args, checkpoint: dict | None, command: list[str]):
             wandb.finish()
         model = model_path if os.path.exists(model_path) else None
         end_run(run_dir, command, status, detail, args, record, global_step, model)
+        signal.signal(signal.SIGTERM, sigterm_handler)
     if status == "diverged":
         sys.exit(1)
     if status == "interrupted":

@@ -494,7 +494,7 @@ def test_a_sigterm_sent_to_the_sweeps_process_group_stops_each_real_run_with_its
     run, as it can when xargs outlives the signal by a moment, the run ignores it: the test of StopRequest.)"""
     command = [
         "--workdir", tmp_path, "--env-ids", "Hopper-v4", "--seeds", 2, "--workers", 2,
-        "--", *SMALL, "--total-timesteps", 10**6, "--checkpoint-every-seconds", 1e9,
+        "--", *SMALL, "--total-timesteps", 10**8, "--checkpoint-every-seconds", 1e9,
     ]  # fmt: skip
     logs = [tmp_path / "runs" / f"Hopper-v4__{EXP}__{seed}" / "output.log" for seed in (1, 2)]
     process = start_process(BENCHMARK, *command)

@@ -6,10 +6,12 @@ files, real signals. Every wait on a process is bounded.
 
 import csv
 import json
+import os
 import re
 import shutil
 import signal
 import subprocess
+import sys
 import time
 
 import flax
@@ -23,6 +25,7 @@ import report
 from tests.support import (
     HOPPER,
     MODEL_NAME,
+    REPO,
     only_run_dir,
     parsed_scalars,
     read_events,
@@ -301,6 +304,33 @@ def test_a_repeated_sigterm_is_ignored_and_the_run_saves_its_state(tmp_path):
     summary = json.loads((only_run_dir(tmp_path) / "summary.json").read_text())
     assert (summary["status"], summary["detail"]) == ("interrupted", "SIGTERM")
     # the state at the iteration where it stopped, saved on the way out (no checkpoint was due before)
+    assert ppo.load_checkpoint(str(only_run_dir(tmp_path) / MODEL_NAME))["global_step"] == summary["global_step"]
+
+
+SIGTERM_DURING_THE_SAVE = """
+import os, signal, sys
+import ppo_continuous_envpool_jax as ppo
+log, save = ppo.IterationLogger.log, ppo.save_checkpoint
+def log_then_sigterm(self, *args):  # the run is told to stop in its first iteration
+    os.kill(os.getpid(), signal.SIGTERM)
+    return log(self, *args)
+def sigterm_then_save(*args, **kwargs):  # and again as it saves its state
+    os.kill(os.getpid(), signal.SIGTERM)
+    return save(*args, **kwargs)
+ppo.IterationLogger.log, ppo.save_checkpoint = log_then_sigterm, sigterm_then_save
+ppo.main(sys.argv[1:])
+"""
+
+
+def test_a_sigterm_while_a_stopping_run_saves_its_state_is_ignored(tmp_path):
+    cli_args = [*HOPPER, "--total-timesteps", "4096", "--checkpoint-every-seconds", "1e9"]
+    result = subprocess.run(
+        [sys.executable, "-c", SIGTERM_DURING_THE_SAVE, *cli_args],
+        cwd=tmp_path, capture_output=True, text=True, timeout=300, check=False, env={**os.environ, "PYTHONPATH": str(REPO)},
+    )  # fmt: skip
+    assert result.returncode == 143, result.stderr
+    summary = json.loads((only_run_dir(tmp_path) / "summary.json").read_text())
+    assert (summary["status"], summary["detail"]) == ("interrupted", "SIGTERM")
     assert ppo.load_checkpoint(str(only_run_dir(tmp_path) / MODEL_NAME))["global_step"] == summary["global_step"]
 
 
