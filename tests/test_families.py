@@ -211,12 +211,19 @@ DMC_RECIPE = {"stagger_episodes": True, "init_log_std": 0.0, "ent_coef": 0.01, "
 
 @pytest.mark.parametrize(
     "env_id, family",
-    [("HalfCheetah-v4", "gym"), ("CheetahRun-v1", "dmc"), ("MetaWorld/Reach-v3", "metaworld")],
+    [
+        ("HalfCheetah-v4", "gym"),
+        ("CheetahRun-v1", "dmc"),
+        ("MetaWorld/Reach-v3", "metaworld"),
+        ("FetchReach-v4", "robotics"),
+        ("myoElbowPose1D6MRandom-v0", "myosuite"),
+        ("Go1JoystickFlatTerrain-v1", "playground"),
+    ],
 )
 def test_a_task_gets_its_familys_defaults_and_the_gym_defaults_elsewhere(env_id, family):
     args, _ = ppo.parse_args(["--env-id", env_id])
     expected = asdict(ppo.Args(env_id=env_id))
-    if family == "dmc":
+    if family in ("dmc", "metaworld"):
         expected.update(DMC_RECIPE)
     computed = ("batch_size", "minibatch_size", "num_iterations")
     assert {k: v for k, v in asdict(args).items() if k not in computed} == {
@@ -232,7 +239,9 @@ def test_a_flag_on_the_command_line_wins_over_its_familys_default():
     assert ppo.family_defaults_line(args) == "family=dmc defaults: --init-log-std 0.0 --ent-max-log-std 0.0"
 
 
-@pytest.mark.parametrize("env_id, ent_coef", [("CheetahRun-v1", "0.01"), ("HalfCheetah-v4", "0.0")])
+@pytest.mark.parametrize(
+    "env_id, ent_coef", [("CheetahRun-v1", "0.01"), ("MetaWorld/Reach-v3", "0.01"), ("HalfCheetah-v4", "0.0")]
+)
 def test_help_shows_the_defaults_of_the_tasks_family(env_id, ent_coef):
     result = subprocess.run(
         [sys.executable, str(SCRIPT), "--env-id", env_id, "--help"],
