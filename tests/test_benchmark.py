@@ -431,28 +431,43 @@ def test_one_worker_runs_seed_major_on_every_core(tmp_path, stub):
 RESTARTED = [("Block-v0", 1), ("Block-v0", 2), ("Good-v0", 2)]
 
 
-def test_ctrl_c_stops_every_run_with_its_checkpoint_and_the_same_command_finishes_the_sweep(tmp_path, stub, fifo):
-    """Ctrl-C reaches the sweep's process group: no run starts after it, each running one saves its state, and the
-    sweep waits for them before it summarises (exit 130). The same command again skips what ended, resumes the
-    interrupted runs and starts the rest."""
+def stopped_sweep(tmp_path, stub, fifo, send_signal):
+    """Block-v0 and Good-v0, seeds 1-2, two at a time: once both Block-v0 runs have started (Good-v0 seed 1 ends
+    between them), `send_signal(process)`. Returns the sweep's command, environment, exit status and stdout,
+    after checking that its runs' processes are gone."""
     fifo_path, fd = fifo
     env = {**os.environ, "STUB_FIFO": str(fifo_path)}
     command = ["--workdir", tmp_path, "--python", stub, "--env-ids", "Block-v0 Good-v0", "--seeds", 2, "--workers", 2]
     process = start_process(BENCHMARK, *command, env=env)
     try:
-        pids = {wait_started(fd), wait_started(fd)}  # Block-v0 seeds 1 and 2 (Good-v0 seed 1 ended between them)
-        os.killpg(process.pid, signal.SIGINT)
+        pids = {wait_started(fd), wait_started(fd)}
+        send_signal(process)
         stdout, stderr = process.communicate(timeout=60)
     finally:
         process.kill()
-    assert process.returncode == 130, stdout + stderr
+    for pid in pids:
+        assert not Path(f"/proc/{pid}").exists() or Path(f"/proc/{pid}/stat").read_text().split()[2] in "ZX"
+    return command, env, process.returncode, stdout + stderr
+
+
+def assert_stopped_by(stdout: str, signame: str):
+    """No run started after the signal, and each running one ended interrupted by it."""
     assert {key: row["status"] for key, row in summary_rows(stdout).items()} == {
         ("Block-v0", 1): "interrupted", ("Good-v0", 1): "ok", ("Block-v0", 2): "interrupted", ("Good-v0", 2): "not-run",
     }  # fmt: skip
-    assert not_ok_lines(stdout)[("Block-v0", 1)].startswith("Block-v0 seed 1: interrupted -- SIGINT [")
-    assert "The same command again resumes or starts the runs that have not ended." in stdout
-    for pid in pids:  # the runs' processes are gone
-        assert not Path(f"/proc/{pid}").exists() or Path(f"/proc/{pid}/stat").read_text().split()[2] in "ZX"
+    assert not_ok_lines(stdout)[("Block-v0", 1)].startswith(f"Block-v0 seed 1: interrupted -- {signame} [")
+
+
+def test_ctrl_c_stops_every_run_with_its_checkpoint_and_the_same_command_finishes_the_sweep(tmp_path, stub, fifo):
+    """Ctrl-C reaches the sweep's process group: no run starts after it, each running one saves its state, and the
+    sweep waits for them before it summarises (exit 130). The same command again skips what ended, resumes the
+    interrupted runs and starts the rest."""
+    command, env, returncode, output = stopped_sweep(
+        tmp_path, stub, fifo, lambda process: os.killpg(process.pid, signal.SIGINT)
+    )
+    assert returncode == 130, output
+    assert_stopped_by(output, "SIGINT")
+    assert "The same command again resumes or starts the runs that have not ended." in output
 
     again = benchmark(*command, env=env)
     assert again.returncode == 0, again.stdout + again.stderr
@@ -469,23 +484,11 @@ def test_ctrl_c_stops_every_run_with_its_checkpoint_and_the_same_command_finishe
 def test_a_sigterm_sent_to_the_sweep_alone_stops_every_run_with_its_checkpoint(tmp_path, stub, fifo):
     """`kill PID` reaches only the sweep's script: it passes the SIGTERM on to each run and to xargs, so that no
     run starts after it, each running one saves its state, and the sweep summarises once they have (exit 143)."""
-    fifo_path, fd = fifo
-    env = {**os.environ, "STUB_FIFO": str(fifo_path)}
-    command = ["--workdir", tmp_path, "--python", stub, "--env-ids", "Block-v0 Good-v0", "--seeds", 2, "--workers", 2]
-    process = start_process(BENCHMARK, *command, env=env)
-    try:
-        pids = {wait_started(fd), wait_started(fd)}  # Block-v0 seeds 1 and 2 (Good-v0 seed 1 ended between them)
-        process.send_signal(signal.SIGTERM)
-        stdout, stderr = process.communicate(timeout=60)
-    finally:
-        process.kill()
-    assert process.returncode == 143, stdout + stderr
-    assert {key: row["status"] for key, row in summary_rows(stdout).items()} == {
-        ("Block-v0", 1): "interrupted", ("Good-v0", 1): "ok", ("Block-v0", 2): "interrupted", ("Good-v0", 2): "not-run",
-    }  # fmt: skip
-    assert not_ok_lines(stdout)[("Block-v0", 1)].startswith("Block-v0 seed 1: interrupted -- SIGTERM [")
-    for pid in pids:  # the runs' processes are gone
-        assert not Path(f"/proc/{pid}").exists() or Path(f"/proc/{pid}/stat").read_text().split()[2] in "ZX"
+    _command, _env, returncode, output = stopped_sweep(
+        tmp_path, stub, fifo, lambda process: process.send_signal(signal.SIGTERM)
+    )
+    assert returncode == 143, output
+    assert_stopped_by(output, "SIGTERM")
 
 
 def test_a_sigterm_sent_to_the_sweeps_process_group_stops_each_real_run_with_its_state_saved(tmp_path):
