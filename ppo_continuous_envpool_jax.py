@@ -244,9 +244,14 @@ def flatten_observation(obs, keys: tuple[tuple[str, ...], ...]):
     return jnp.concatenate(parts, axis=1)
 
 
+def layout_observation(envs, obs):
+    """A batch of `envs`' observations as returned by EnvPool's NumPy API, laid out as `env_step` lays them out."""
+    return flatten_observation(obs, observation_layout(envs.observation_space).keys)
+
+
 def reset_observation(envs):
     """`envs.reset()`'s first observations, laid out as `env_step` lays out the others."""
-    return flatten_observation(envs.reset()[0], observation_layout(envs.observation_space).keys)
+    return layout_observation(envs, envs.reset()[0])
 
 
 class Start(NamedTuple):
@@ -288,7 +293,7 @@ def staggered_start(envs) -> Start:
         episode_return = np.where(done, 0.0, episode_return + reward)  # a late reset starts the next episode
         episode_any_success = ~done & (episode_any_success | (info[key] > 0 if key else False))
         done = terminated | truncated
-    obs = flatten_observation(obs, observation_layout(envs.observation_space).keys)
+    obs = layout_observation(envs, obs)
     return Start(np.asarray(obs), episode_return, info["elapsed_step"].astype(np.int32), episode_any_success, done)
 
 
@@ -1217,6 +1222,7 @@ class IterationLogger:
     def __init__(self, args: Args, writer, report=print_progress, checkpoint_path: str | None = None, record=None):
         self.args, self.writer, self.report, self.checkpoint_path = args, writer, report, checkpoint_path
         self.record = RunRecord() if record is None else record
+        self.last_evaluation: Evaluation | None = None  # with --eval-every, the final step's once training ends
 
     def start(self, global_step: int):
         self.start_time, self.start_step = time.time(), global_step
@@ -1266,6 +1272,7 @@ class IterationLogger:
         return None
 
     def log_evaluation(self, evaluation: Evaluation, global_step: int):
+        self.last_evaluation = evaluation
         success_rate, any_step_success_rate = None, None
         self.writer.add_scalar("eval/episodic_return", evaluation.returns.mean(), global_step)
         if evaluation.successes is not None:
@@ -1578,9 +1585,8 @@ def parse_args(cli_args: list[str] | None = None) -> tuple[Args, dict | None]:
     return args, checkpoint
 
 
-def run_evaluation(args: Args, params, obs_rms: RunningMeanStd, run_name: str) -> Evaluation:
-    """Evaluate, print the result and, with --capture-video, record the first episode."""
-    evaluation = evaluate(args, params, obs_rms)
+def show_evaluation(args: Args, evaluation: Evaluation, run_name: str):
+    """Print an evaluation and, with --capture-video, record its first episode."""
     returns, lengths = evaluation.returns, evaluation.lengths
     success = ""
     if evaluation.successes is not None:
@@ -1594,7 +1600,6 @@ def run_evaluation(args: Args, params, obs_rms: RunningMeanStd, run_name: str) -
         video_path = f"videos/{run_name}/eval.mp4"
         record_video(args, evaluation, video_path)
         print(f"video saved to {video_path}")
-    return evaluation
 
 
 def run_training(args: Args, checkpoint: dict | None, command: list[str]):
@@ -1655,11 +1660,17 @@ def run_training(args: Args, checkpoint: dict | None, command: list[str]):
             print(f"model saved to {model_path}")
         elif finished and os.path.exists(model_path):
             os.remove(model_path)  # the checkpoint of a run that finished without --save-model
-        # The final policy is evaluated for a video, and for a kept model (--eval-every has logged it already).
-        if finished and (args.capture_video or (args.save_model and not args.eval_every)):
-            evaluation = run_evaluation(args, state.train_state.params, state.env_state.obs_rms, run_name)
-            if not args.eval_every:
+        # The final policy is evaluated for a video and for a kept model, once: --eval-every has done it at the
+        # last iteration. Else it is done here, after the model's save (Ctrl-C here keeps it), which is then
+        # saved again with the evaluation in its record.
+        if finished and (args.capture_video or args.save_model):
+            evaluation = logger.last_evaluation
+            if evaluation is None:
+                evaluation = evaluate(args, state.train_state.params, state.env_state.obs_rms)
                 logger.log_evaluation(evaluation, state.global_step)
+                if args.save_model:
+                    save_checkpoint(model_path, args, state, record)
+            show_evaluation(args, evaluation, run_name)
         if result.failure:
             status, detail = "diverged", f"non-finite {result.failure}"
             kept = f"; the last finite state is in {model_path}" if keep_state else ""
@@ -1797,7 +1808,7 @@ def main(cli_args: list[str] | None = None):
             if args.evaluate:
                 run_name = os.path.basename(os.path.dirname(os.path.abspath(args.evaluate)))
                 params, obs_rms = checkpoint["train_state"]["params"], checkpoint["obs_rms"]
-                run_evaluation(args, params, obs_rms, run_name)
+                show_evaluation(args, evaluate(args, params, obs_rms), run_name)
             else:
                 run_training(args, checkpoint, [os.path.basename(__file__), *cli_args])
     except KeyboardInterrupt:  # Ctrl-C outside `train` (loading, the final save or evaluation) is Python's

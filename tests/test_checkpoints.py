@@ -439,7 +439,7 @@ def test_ctrl_c_in_the_final_evaluation_is_one_line_and_keeps_the_saved_model(tm
         raise KeyboardInterrupt
 
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(ppo, "run_evaluation", interrupted)
+    monkeypatch.setattr(ppo, "evaluate", interrupted)
     with pytest.raises(SystemExit) as exit_info:
         ppo.main([*HOPPER, "--total-timesteps", "1024", "--save-model"])  # evaluates the saved model at the end
     assert exit_info.value.code == 130

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import ppo_continuous_envpool_jax as ppo
-from tests.support import MODEL_NAME, SMALL, gymnasium_flattened, run_script, scalars, train_recorded
+from tests.support import HOPPER, MODEL_NAME, SMALL, gymnasium_flattened, run_script, scalars, train_recorded
 
 
 def saved_policy(run_dir, **overrides):
@@ -165,6 +165,15 @@ def test_evaluate_from_the_file_matches_the_in_memory_evaluation_logged_at_the_e
     assert float(mean) == pytest.approx(logged, abs=0.051)  # printed with one decimal
 
 
+def test_a_kept_model_holds_its_final_evaluation(saved_run):
+    """The model is saved before the final evaluation (so that Ctrl-C there keeps it), and again after it."""
+    run_dir, _ = saved_run
+    ((step, logged),) = scalars(run_dir, "eval/episodic_return")
+    last_eval = ppo.load_checkpoint(str(run_dir / MODEL_NAME))["record"].last_eval
+    assert last_eval["global_step"] == step == 4096
+    assert last_eval["return"] == pytest.approx(logged, rel=1e-6)
+
+
 # Reading the MP4 starts ffmpeg by fork and exec, which JAX (imported here) warns about; nothing runs in between.
 @pytest.mark.filterwarnings("ignore:os.fork:RuntimeWarning")
 def test_capture_video_records_the_evaluation_episode(saved_run, tmp_path):
@@ -182,3 +191,24 @@ def test_capture_video_records_the_evaluation_episode(saved_run, tmp_path):
     assert len(frames) == lengths[0] + 1
     assert frames[0].shape == (ppo.VIDEO_SIZE[1], ppo.VIDEO_SIZE[0], 3)
     assert np.std(frames[0]) > 10  # a rendered scene, not a blank frame
+
+
+@pytest.mark.filterwarnings("ignore:os.fork:RuntimeWarning")
+def test_capture_video_with_eval_every_records_the_final_evaluation_without_a_second_one(tmp_path, monkeypatch):
+    evaluations = []
+
+    def recorded(*args):
+        evaluations.append(evaluate(*args))
+        return evaluations[-1]
+
+    evaluate = ppo.evaluate
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(ppo, "evaluate", recorded)
+    ppo.main([*HOPPER, "--total-timesteps", "2048", "--eval-every", "1024", "--eval-episodes", "1", "--capture-video"])
+    assert len(evaluations) == 2  # at 1024 and at 2048, the end: the video's is the last one's
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    assert scalars(run_dir, "eval/episodic_return")[-1] == (2048, pytest.approx(evaluations[-1].returns.mean()))
+    reader = imageio.get_reader(tmp_path / "videos" / run_dir.name / "eval.mp4")
+    frames = sum(1 for _ in reader)
+    reader.close()
+    assert frames == evaluations[-1].lengths[0] + 1
