@@ -199,6 +199,10 @@ CRITIC_ONLY_KEYS = ("privileged_state",)
 # `is_success`; MyoSuite `solved`; Playground's Panda tasks only their reward's success term (for the cube
 # tasks, the cube at its target, which ends the episode), which the Leap and Aero hands report beside `success`.
 SUCCESS_KEYS = ("success", "is_success", "solved", "reward_success")
+# The any-step success rate counts an episode whose task flagged success on at least this many of its steps:
+# one, as Meta-World's own evaluation counts, except MyoSuite's `solved`, which its evaluate_success (and so its
+# NPG baselines' figures) counts on more than 5 steps.
+SUCCESS_STEPS = {"solved": 6}
 
 
 class ObservationLayout(NamedTuple):
@@ -260,14 +264,14 @@ class Start(NamedTuple):
     obs: jax.Array | np.ndarray  # (N, obs_dim), laid out as env_step lays out observations
     episode_return: np.ndarray  # (N,) the raw return of each environment's episode so far
     episode_length: np.ndarray  # (N,)
-    episode_any_success: np.ndarray  # (N,) the task flagged success at some step of the episode so far
+    episode_success_steps: np.ndarray  # (N,) the steps of the episode so far on which the task flagged success
     is_reset: np.ndarray  # (N,) its last step ended an episode, so its next step is the late reset
 
 
 def reset_start(envs) -> Start:
     obs = reset_observation(envs)
     num_envs = obs.shape[0]
-    no_success, no_reset = np.zeros(num_envs, bool), np.zeros(num_envs, bool)
+    no_success, no_reset = np.zeros(num_envs, np.int32), np.zeros(num_envs, bool)
     return Start(obs, np.zeros(num_envs, np.float32), np.zeros(num_envs, np.int32), no_success, no_reset)
 
 
@@ -284,17 +288,17 @@ def staggered_start(envs) -> Start:
     reset_at = np.arange(num_envs) * max_steps // num_envs
     key = success_key(envs)
     envs.reset()
-    episode_return, episode_any_success, done = np.zeros(num_envs), np.zeros(num_envs, bool), np.zeros(num_envs, bool)
+    episode_return, success_steps, done = np.zeros(num_envs), np.zeros(num_envs, np.int32), np.zeros(num_envs, bool)
     for t in range(max_steps):
         if (now := np.flatnonzero(reset_at == t)).size:
             envs.reset(now)
-            episode_return[now], episode_any_success[now], done[now] = 0.0, False, False
+            episode_return[now], success_steps[now], done[now] = 0.0, 0, False
         obs, reward, terminated, truncated, info = envs.step(action)
         episode_return = np.where(done, 0.0, episode_return + reward)  # a late reset starts the next episode
-        episode_any_success = ~done & (episode_any_success | (info[key] > 0 if key else False))
+        success_steps = np.where(done, 0, success_steps + (info[key] > 0 if key else 0))
         done = terminated | truncated
     obs = layout_observation(envs, obs)
-    return Start(np.asarray(obs), episode_return, info["elapsed_step"].astype(np.int32), episode_any_success, done)
+    return Start(np.asarray(obs), episode_return, info["elapsed_step"].astype(np.int32), success_steps, done)
 
 
 class EnvFunctions(NamedTuple):
@@ -307,6 +311,7 @@ class EnvFunctions(NamedTuple):
     action_dtype: np.dtype  # as the task declares: float32 for MetaWorld, robotics and MyoSuite
     obs_keys: tuple[tuple[str, ...], ...]  # ObservationLayout.keys
     success_key: str | None  # the key of `info` that flags success, for the tasks that report it
+    success_steps: int  # the flagged steps an episode needs to count in the any-step rate (SUCCESS_STEPS)
 
 
 def success_key(envs) -> str | None:
@@ -315,14 +320,15 @@ def success_key(envs) -> str | None:
 
 
 def env_functions(envs, xla_step) -> EnvFunctions:
-    space = envs.action_space
+    space, key = envs.action_space, success_key(envs)
     return EnvFunctions(
         xla_step=xla_step,
         action_low=space.low.astype(np.float32),
         action_high=space.high.astype(np.float32),
         action_dtype=space.dtype,
         obs_keys=observation_layout(envs.observation_space).keys,
-        success_key=success_key(envs),
+        success_key=key,
+        success_steps=SUCCESS_STEPS.get(key, 1),
     )
 
 
@@ -410,7 +416,7 @@ class EnvState:
     discounted_return: jax.Array  # (N,)
     episode_return: jax.Array  # (N,) raw, unscaled
     episode_length: jax.Array  # (N,)
-    episode_any_success: jax.Array  # (N,) the task flagged success at some step of the episode so far
+    episode_success_steps: jax.Array  # (N,) the steps of the episode so far on which the task flagged success
 
 
 def init_env_state(handle, start: Start, norm_obs: bool, obs_rms=None, return_rms=None) -> EnvState:
@@ -429,7 +435,7 @@ def init_env_state(handle, start: Start, norm_obs: bool, obs_rms=None, return_rm
         discounted_return=jnp.zeros(num_envs, jnp.float32),
         episode_return=jnp.asarray(start.episode_return, jnp.float32),
         episode_length=jnp.asarray(start.episode_length, jnp.int32),
-        episode_any_success=jnp.asarray(start.episode_any_success, bool),
+        episode_success_steps=jnp.asarray(start.episode_success_steps, jnp.int32),
     )
 
 
@@ -489,7 +495,7 @@ class EpisodeEnd(NamedTuple):
     episode_return: jax.Array  # (N,) its raw return where done
     episode_length: jax.Array  # (N,) where done
     success: jax.Array  # (N,) the task's success flag at this step (False where it reports none)
-    any_success: jax.Array  # (N,) the flag was set at some step of the episode, this one included
+    success_steps: jax.Array  # (N,) the steps of the episode on which the flag was set, this one included
 
 
 def rollout_step(params, env_state: EnvState, key, *, env: EnvFunctions, apply_fn, args: PPOArgs):
@@ -517,7 +523,7 @@ def rollout_step(params, env_state: EnvState, key, *, env: EnvFunctions, apply_f
         scaled_reward = reward
     episode_return = jnp.where(is_reset, 0.0, env_state.episode_return + reward)
     episode_length = jnp.where(is_reset, 0, env_state.episode_length + 1)
-    episode_any_success = ~is_reset & (env_state.episode_any_success | success)
+    episode_success_steps = jnp.where(is_reset, 0, env_state.episode_success_steps + success)
     done = terminated | truncated
 
     transition = Transition(
@@ -539,9 +545,9 @@ def rollout_step(params, env_state: EnvState, key, *, env: EnvFunctions, apply_f
         discounted_return=discounted_return,
         episode_return=episode_return,
         episode_length=episode_length,
-        episode_any_success=episode_any_success,
+        episode_success_steps=episode_success_steps,
     )
-    return env_state, (transition, EpisodeEnd(done, episode_return, episode_length, success, episode_any_success))
+    return env_state, (transition, EpisodeEnd(done, episode_return, episode_length, success, episode_success_steps))
 
 
 def rollout(params, env_state: EnvState, key, *, env: EnvFunctions, apply_fn, args: PPOArgs):
@@ -631,19 +637,20 @@ def collect(params, env_state: EnvState, key, *, env: EnvFunctions, apply_fn, ar
         "explained_variance": explained_variance(batch.value, batch.target, batch.valid),
     }
     if env.success_key:
-        stats["success_rate"], stats["any_step_success_rate"] = success_rates(episode_end)
+        stats["success_rate"], stats["any_step_success_rate"] = success_rates(episode_end, env.success_steps)
     return env_state, transitions, batch, stats
 
 
-def success_rates(episode_end: EpisodeEnd):
+def success_rates(episode_end: EpisodeEnd, success_steps: int):
     """The fractions of the episodes ending in `episode_end` (T, N) that succeeded, counted two ways.
 
     The success rate counts an episode whose last step had the flag set: where the goal was reached and then
     lost, it was not (TD-MPC2's MetaWorld figures count so). The any-step rate counts one whose flag was set at
-    some step (Meta-World's own evaluation and garage count so). Before the first episode ends, 0 and 0.
+    some `success_steps` steps (Meta-World's own evaluation and garage count one step; MyoSuite more than 5).
+    Before the first episode ends, 0 and 0.
     """
     done = episode_end.done
-    return weighted_mean(episode_end.success, done), weighted_mean(episode_end.any_success, done)
+    return weighted_mean(episode_end.success, done), weighted_mean(episode_end.success_steps >= success_steps, done)
 
 
 def recompute_batch(params, transitions: Transition, last_obs, return_rms, *, apply_fn, args: PPOArgs):
@@ -989,7 +996,7 @@ class Evaluation(NamedTuple):
     lengths: np.ndarray  # (--eval-episodes,)
     first_actions: np.ndarray  # (max episode steps, act_dim) as sent in the first episode, for its video
     successes: np.ndarray | None  # (--eval-episodes,) bool, where the task reports success (see success_rates)
-    any_successes: np.ndarray | None  # (--eval-episodes,) bool, success flagged at some step of the episode
+    any_successes: np.ndarray | None  # (--eval-episodes,) bool, success flagged on enough steps (SUCCESS_STEPS)
 
 
 class EvalCarry(NamedTuple):
@@ -999,7 +1006,7 @@ class EvalCarry(NamedTuple):
     done: jax.Array  # (E,) the environment's episode has ended
     lengths: jax.Array  # (E,)
     successes: jax.Array  # (E,) the success flag of the episode's latest step, so of its last once done
-    any_successes: jax.Array  # (E,) the flag was set at some step of the episode so far
+    success_steps: jax.Array  # (E,) the steps of the episode so far on which the flag was set
     rewards: jax.Array  # (max episode steps, E), 0 after the episode's end
     first_actions: jax.Array  # (max episode steps, act_dim)
 
@@ -1048,7 +1055,7 @@ def evaluate(args: Args, params, obs_rms: RunningMeanStd) -> Evaluation:
                 done=carry.done | terminated | truncated,
                 lengths=carry.lengths + ~carry.done,
                 successes=jnp.where(carry.done, carry.successes, success),
-                any_successes=carry.any_successes | (~carry.done & success),
+                success_steps=carry.success_steps + (~carry.done & success),
                 rewards=carry.rewards.at[carry.t].set(jnp.where(carry.done, 0.0, reward)),
                 first_actions=carry.first_actions.at[carry.t].set(action[0]),
             )
@@ -1060,7 +1067,7 @@ def evaluate(args: Args, params, obs_rms: RunningMeanStd) -> Evaluation:
             done=jnp.zeros(num_episodes, bool),
             lengths=jnp.zeros(num_episodes, jnp.int32),
             successes=jnp.zeros(num_episodes, bool),
-            any_successes=jnp.zeros(num_episodes, bool),
+            success_steps=jnp.zeros(num_episodes, jnp.int32),
             rewards=jnp.zeros((max_steps, num_episodes)),
             first_actions=jnp.zeros((max_steps, env.action_low.shape[0])),
         )
@@ -1068,7 +1075,9 @@ def evaluate(args: Args, params, obs_rms: RunningMeanStd) -> Evaluation:
 
     first_obs = jnp.asarray(reset_observation(envs), jnp.float32)
     carry = jax.device_get(play(params, obs_rms, handle, first_obs))
-    successes, any_successes = (carry.successes, carry.any_successes) if env.success_key else (None, None)
+    successes, any_successes = (
+        (carry.successes, carry.success_steps >= env.success_steps) if env.success_key else (None, None)
+    )
     # Each return is the float64 sum of EnvPool's float32 rewards, summed on the host.
     returns = carry.rewards.astype(np.float64).sum(0)
     return Evaluation(returns, carry.lengths, carry.first_actions, successes, any_successes)

@@ -34,7 +34,8 @@ Definitions
   final success the mean of `charts/success_rate` over the same window, for tasks that report success
                 (MetaWorld, robotics, MyoSuite, four Playground tasks): an episode succeeded if its last step
                 did; a column of the table only where some run logged it. "Any step": the same of
-                `charts/any_step_success_rate`, an episode that succeeded at some step (Meta-World's count).
+                `charts/any_step_success_rate`, an episode that succeeded at some step (Meta-World's count;
+                MyoSuite: on more than 5 steps, its own count).
   eval return   `eval/episodic_return`: the training script's evaluation of the mean action, averaged over
                 several episodes, logged at fixed steps (the same for every seed of a configuration).
   last eval     a run's last eval return.
@@ -108,7 +109,7 @@ import tyro
 RETURN_TAG = "charts/episodic_return"
 EVAL_TAG = "eval/episodic_return"
 SUCCESS_TAG = "charts/success_rate"  # success at the episode's last step (TD-MPC2's count)
-ANY_STEP_SUCCESS_TAG = "charts/any_step_success_rate"  # at some step of it (Meta-World's and garage's count)
+ANY_STEP_SUCCESS_TAG = "charts/any_step_success_rate"  # at some step of it (Meta-World's; MyoSuite's: > 5 steps)
 EVAL_SUCCESS_TAG = "eval/success_rate"
 EVAL_ANY_STEP_SUCCESS_TAG = "eval/any_step_success_rate"
 # Training tags are logged as episodes end, at steps that differ between seeds: their curves are interpolated.

@@ -115,20 +115,21 @@ def test_each_family_reports_success_under_its_own_key(env_id, key):
     assert ppo.success_key(envs) == key
 
 
-def test_success_rates_count_the_flag_at_each_episodes_last_step_and_at_any_step():
+def test_success_rates_count_the_flag_at_each_episodes_last_step_and_on_enough_steps():
     # By hand, 3 environments over 5 steps (the step after each end is EnvPool's reset step):
-    #   env 0 ends at t=1 succeeding, then at t=4 failing                     -> last step 1 of 2, any step 1 of 2
-    #   env 1 succeeds at t=2 and fails at its end, t=3 (reached, then lost)  -> last step 0 of 1, any step 1 of 1
-    #   env 2 succeeds at t=0 and t=4 but ends nowhere                         -> not counted
+    #   env 0 ends at t=1 succeeding (1 step), then at t=4 failing (0)  -> last step 1 of 2; 1 step: 1 of 2
+    #   env 1 succeeds at t=1 and t=2, fails at its end, t=3 (2 steps)  -> last step 0 of 1; 1 step or 2: 1 of 1
+    #   env 2 succeeds at t=0 and t=4 but ends nowhere                   -> not counted
     done = np.array([[0, 0, 0], [1, 0, 0], [0, 0, 0], [0, 1, 0], [1, 0, 0]], bool)
-    success = np.array([[0, 0, 1], [1, 0, 0], [0, 1, 0], [0, 0, 0], [0, 0, 1]], bool)
-    # the flag so far in each episode, as rollout_step carries it (env 0's reset step, t=2, starts it anew)
-    any_success = np.array([[0, 0, 1], [1, 0, 1], [0, 1, 1], [0, 1, 1], [0, 0, 1]], bool)
+    success = np.array([[0, 0, 1], [1, 1, 0], [0, 1, 0], [0, 0, 0], [0, 0, 1]], bool)
+    # the flagged steps so far in each episode, as rollout_step counts them (env 0's reset step, t=2, restarts it)
+    success_steps = np.array([[0, 0, 1], [1, 1, 1], [0, 2, 1], [0, 2, 1], [0, 0, 2]], np.int32)
     zeros = np.zeros(done.shape, np.float32)
-    episode_end = ppo.EpisodeEnd(*map(jnp.asarray, (done, zeros, zeros, success, any_success)))
-    assert np.allclose(ppo.success_rates(episode_end), (1 / 3, 2 / 3))
-    no_end = ppo.EpisodeEnd(jnp.zeros_like(done), zeros, zeros, jnp.ones_like(success), jnp.ones_like(success))
-    assert tuple(map(float, ppo.success_rates(no_end))) == (0.0, 0.0)
+    episode_end = ppo.EpisodeEnd(*map(jnp.asarray, (done, zeros, zeros, success, success_steps)))
+    assert np.allclose(ppo.success_rates(episode_end, 1), (1 / 3, 2 / 3))
+    assert np.allclose(ppo.success_rates(episode_end, 2), (1 / 3, 1 / 3))  # env 0's single step is not enough
+    no_end = ppo.EpisodeEnd(jnp.zeros_like(done), zeros, zeros, jnp.ones_like(success), jnp.asarray(success_steps))
+    assert tuple(map(float, ppo.success_rates(no_end, 1))) == (0.0, 0.0)
 
 
 def test_dmc_episodes_end_truncated_at_1000_steps_and_bootstrap_from_the_final_observation():
