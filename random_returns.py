@@ -9,8 +9,8 @@ Each of `--episodes` environments of one EnvPool (seed `--seed`) plays exactly o
 uniformly within the task's bounds (NumPy's generator, the same seed) or, with `--policy zero`, the middle of
 the bounds every step (the zero action: on the robots, doing nothing). Prints the mean and standard error of
 the episode returns per task and, for a task that reports success, the two success rates the training script
-logs (the flag at the episode's last step, and on SUCCESS_STEPS of its steps); then the Python line
-report.py's table holds. A normalised score is (return - random) / (reference - random): 0 for a random
+logs (the flag at the episode's last step, and on SUCCESS_STEPS of its steps); then, for random actions, the
+Python line report.py's table holds. A normalised score is (return - random) / (reference - random): 0 for a random
 policy, 1 at the reference, on every task's scale (Reacher-v4's returns are negative, so a plain ratio would
 rank a worse run higher). A success rate is worth citing only above what doing nothing scores: where a Fetch
 task's goal is drawn near the object's start, a still arm succeeds.
@@ -77,7 +77,8 @@ def main() -> None:
             line += f"; success {run.success.mean():.3f}, any-step {run.any_success.mean():.3f}"
         print(line)
         table[env_id] = round(float(run.returns.mean()), 2)
-    print(table)
+    if args.policy == "random":  # report.py's zero is the random policy's return, never the zero action's
+        print(table)
 
 
 if __name__ == "__main__":
