@@ -1827,4 +1827,11 @@ def main(cli_args: list[str] | None = None):
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        try:
+            main()
+        finally:
+            sys.stdout.flush()  # now, not at exit: a reader that has gone (`--list-tasks | head`) is caught below
+    except BrokenPipeError:  # end quietly, as Unix tools do; stdout to devnull, else the flush at exit fails again
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        sys.exit(128 + signal.SIGPIPE)

@@ -94,7 +94,9 @@ import csv
 import fcntl
 import json
 import math
+import os
 import re
+import signal
 import struct
 import sys
 from collections import defaultdict
@@ -1310,4 +1312,12 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        try:
+            status = main()
+        finally:
+            sys.stdout.flush()  # now, not at exit: a reader that has gone (`report.py runs | head`) is caught below
+    except BrokenPipeError:  # end quietly, as Unix tools do; stdout to devnull, else the flush at exit fails again
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        status = 128 + signal.SIGPIPE
+    sys.exit(status)

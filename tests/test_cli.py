@@ -1,5 +1,7 @@
 """The command line: bad input is one line and a non-zero exit, the ranges of the flags, the quick EnvPool import."""
 
+import os
+import signal
 import subprocess
 import sys
 
@@ -7,7 +9,7 @@ import numpy as np
 import pytest
 
 import ppo_continuous_envpool_jax as ppo
-from tests.support import SCRIPT, run_script
+from tests.support import REPORT, SCRIPT, run_script
 
 
 def test_the_quick_envpool_import_registers_every_mujoco_task():
@@ -54,6 +56,23 @@ def test_bad_input_is_one_line_on_stderr_and_a_nonzero_exit(tmp_path, cli_args, 
     (line,) = result.stderr.strip().splitlines()
     assert line.startswith("error: ") and message in line
     assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize(
+    "command", [[SCRIPT, "--list-tasks"], [SCRIPT, "--help"], [REPORT, "--help"]], ids=["list", "help", "report"]
+)
+def test_a_reader_that_has_gone_ends_the_output_quietly(command):
+    """`--list-tasks | head`: the pipe's reader is gone before the writer is done. Unix tools end quietly, killed
+    by SIGPIPE (status 141 in a shell); Python raises BrokenPipeError instead, whose traceback must not show."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # the reader has gone before the first write: every write fails, as after `head` exits
+    try:
+        result = subprocess.run(
+            [sys.executable, *command], stdout=write_end, stderr=subprocess.PIPE, text=True, timeout=120, check=False
+        )
+    finally:
+        os.close(write_end)
+    assert (result.returncode, result.stderr) == (128 + signal.SIGPIPE, "")
 
 
 @pytest.mark.parametrize(
