@@ -70,10 +70,11 @@ def test_every_evaluation_starts_from_the_same_states_and_the_seed_chooses_them(
     np.testing.assert_array_equal(first.returns, second.returns)
     other_seed = ppo.evaluate(replace(args, seed=args.seed + 100), params, obs_rms)
     assert not np.array_equal(first.returns, other_seed.returns)
-    # A shorter evaluation plays the first episodes of a longer one.
-    np.testing.assert_array_equal(
-        ppo.evaluate(replace(args, eval_episodes=2), params, obs_rms).returns, first.returns[:2]
-    )
+    # A shorter evaluation plays the first episodes of a longer one: the same lengths, and the same returns but
+    # for the last bits (a batch of 2 is another compiled program than a batch of 4; on AMD EPYC they differ).
+    shorter = ppo.evaluate(replace(args, eval_episodes=2), params, obs_rms)
+    np.testing.assert_array_equal(shorter.lengths, first.lengths[:2])
+    np.testing.assert_allclose(shorter.returns, first.returns[:2], rtol=1e-6)
 
 
 def test_neighbouring_seeds_evaluate_on_starts_of_their_own(saved_run):
