@@ -1199,6 +1199,7 @@ class RunRecord:
     last_eval: dict | None = None  # {"global_step", "return", "success_rate", "any_step_success_rate"}
     earlier_seconds: float = 0.0  # the wall time of earlier attempts, up to their last checkpoint
     attempt_start: float = field(default_factory=time.time)
+    wandb_id: str | None = None  # with --track, the W&B run that a resumed run goes on logging to
 
     def add_iteration(self, global_step: int, episodic_return: float, success_rates: tuple[float | None, float | None]):
         # Only the last FINAL_RETURN_STEPS can count, whatever the run's length.
@@ -1209,7 +1210,12 @@ class RunRecord:
         return self.earlier_seconds + time.time() - self.attempt_start
 
     def saved(self) -> dict:
-        return {"returns": self.returns, "last_eval": self.last_eval, "earlier_seconds": self.wall_seconds()}
+        return {
+            "returns": self.returns,
+            "last_eval": self.last_eval,
+            "earlier_seconds": self.wall_seconds(),
+            "wandb_id": self.wandb_id,
+        }
 
     def final(self, global_step: int) -> tuple[float | None, float | None, float | None]:
         """The final return, success rate and any-step success rate of a run that ends at `global_step` (None
@@ -1337,15 +1343,18 @@ class TensorBoardWriter:
         self.events.close()
 
 
-def start_wandb(args: Args, run_name: str):
-    """W&B with TensorBoard sync. Without credentials it tracks offline instead of prompting for a login."""
+def start_wandb(args: Args, run_name: str, record: RunRecord):
+    """W&B with TensorBoard sync. Without credentials it tracks offline instead of prompting for a login. A
+    resumed run logs on to the W&B run of its first attempt, whose id its record keeps."""
     import wandb
 
     mode = os.environ.get("WANDB_MODE")
     if mode is None and not wandb.login(prompt=False, verify=False):
         print("W&B: no login found, tracking offline (upload later with `wandb sync wandb/`)", file=sys.stderr)
         mode = "offline"
-    wandb.init(
+    run = wandb.init(
+        id=record.wandb_id,
+        resume="allow",
         project=args.wandb_project_name,
         entity=args.wandb_entity,
         sync_tensorboard=True,
@@ -1355,6 +1364,7 @@ def start_wandb(args: Args, run_name: str):
         mode=mode,
         settings=wandb.Settings(init_timeout=60),
     )
+    record.wandb_id = run.id
     return wandb
 
 
@@ -1635,7 +1645,7 @@ def run_training(args: Args, checkpoint: dict | None, command: list[str]):
     stop, sigterm_handler = StopRequest(), signal.getsignal(signal.SIGTERM)
     status, detail, global_step, writer, wandb = "failed", None, start_step, None, None
     try:
-        wandb = start_wandb(args, run_name) if args.track else None
+        wandb = start_wandb(args, run_name, record) if args.track else None
         writer = TensorBoardWriter(run_dir, purge_step=purge_step)
         writer.add_text(
             "hyperparameters",
