@@ -91,7 +91,7 @@ class PPOArgs:
     num_threads: int = 0
     """EnvPool's worker threads (0: one per environment, at most one per core)"""
     total_timesteps: int = 1_000_000
-    """total environment steps of the experiment"""
+    """total environment steps of the experiment (rounded down to whole batches of --num-envs x --num-steps)"""
     learning_rate: float = 3e-4
     """the learning rate of the optimizer"""
     adam_eps: float = 1e-5
@@ -1532,6 +1532,8 @@ def read_path_flags(cli_args: list[str]) -> argparse.Namespace:
     """The flags that decide the defaults, read before tyro: a checkpoint to resume or evaluate, the run
     directory (which may hold one), the task (whose family has its defaults)."""
     parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+    # One line, as for other bad input: argparse's usage would list these four flags as if they were all.
+    parser.error = lambda message: sys.exit(f"error: {message}")
     for flag in ("resume", "evaluate", "run-dir", "env-id"):  # tyro takes --env_id for --env-id too
         parser.add_argument(*dict.fromkeys([f"--{flag}", f"--{flag.replace('-', '_')}"]))
     return parser.parse_known_args(cli_args)[0]
@@ -1817,8 +1819,11 @@ def main(cli_args: list[str] | None = None):
             try:
                 args, checkpoint = parse_args(cli_args)
             except SystemExit as error:
-                if run_dir and isinstance(error.code, str):  # refused: the run has ended, failed, before it began
-                    end_run(run_dir, [os.path.basename(__file__), *cli_args], "failed", error.code)
+                # Refused, the run has ended, failed, before it began. tyro exits 2 for a flag it cannot parse,
+                # after its message; a sweep's summary then names the cause instead of "no summary".
+                if run_dir and error.code:
+                    detail = error.code if isinstance(error.code, str) else "the command line did not parse (exit 2)"
+                    end_run(run_dir, [os.path.basename(__file__), *cli_args], "failed", detail)
                 raise
             # Fail before training, not after it, when video cannot be rendered.
             gl_context = open_gl_context(*VIDEO_SIZE) if args.capture_video else None

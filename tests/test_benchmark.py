@@ -136,6 +136,7 @@ def test_sweep_runs_every_env_and_seed_in_the_run_directories_the_command_fixes(
     [
         ("NoSuchEnv-v0", ["--total-timesteps", "4096"], "unknown --env-id 'NoSuchEnv-v0'"),
         ("InvertedPendulum-v4", ["--total-timesteps", "-5"], "--total-timesteps must be positive"),
+        ("InvertedPendulum-v4", ["--eval-evry", "5"], "the command line did not parse (exit 2)"),  # tyro's refusal
     ],
 )
 def test_a_refused_run_is_named_and_fails_the_sweep(tmp_path, env_id, extra, reason):

@@ -48,6 +48,8 @@ def test_the_quick_envpool_import_registers_every_mujoco_task():
         (["--total-timesteps", "0"], "--total-timesteps must be positive, got 0"),
         (["--total-timesteps", "100"], "--total-timesteps 100 is less than one batch (2048 steps)"),
         (["--learning-rate", "nan"], "--learning-rate must be finite and positive, got nan"),
+        (["--env-id"], "argument --env-id/--env_id: expected one argument"),  # read before tyro
+        (["--seed", "1", "--resume"], "argument --resume: expected one argument"),
     ],
 )
 def test_bad_input_is_one_line_on_stderr_and_a_nonzero_exit(tmp_path, cli_args, message):
