@@ -44,7 +44,10 @@ Definitions
                 and the step where it is reached; only steps at which every seed with eval data has a value
                 count, so the maximum is that of one curve, not a mix of each seed's best step.
   wall-clock    the wall time of a run's last scalar event minus that of its first event (the event
-                file's header, written when the run starts).
+                file's header, written when the run starts); of a resumed run, the time its attempts ran: each
+                resumed attempt (an event file of its own) counts from its header, the attempts before it up
+                to their last event kept (the pause between them, and what a resumed run superseded, left
+                out), as the training script's summary.json counts it.
   in progress   a run whose last step is below that of the longest run of its (env id, exp name), or
                 with no scalar event yet (a run that has just started): listed with what it has logged so
                 far, and left out of the means, of the seed counts behind them and of the curves.
@@ -92,6 +95,7 @@ from __future__ import annotations
 
 import csv
 import fcntl
+import itertools
 import json
 import math
 import os
@@ -253,9 +257,9 @@ class Run:
     path: Path
     empty: bool  # no scalar logged yet: the run has just started
     curves: dict[str, tuple[np.ndarray, np.ndarray]]  # tag -> (steps, values), for TRAINING_TAGS and EVAL_TAGS
-    seconds: np.ndarray  # wall-clock of the episodic-return events, from the run's first event
+    seconds: np.ndarray  # wall-clock of the episodic-return events: running time since the run started
     total_steps: int  # last step of any scalar
-    wall_clock: float  # seconds, last scalar event minus first event; nan when empty
+    wall_clock: float  # running seconds at the last scalar event; nan when empty
     final_return: float  # nan when no return was logged in the window
     window: float  # steps averaged over for final_return; nan when empty
     short: bool  # the run was shorter than --window-steps
@@ -422,6 +426,29 @@ def final_return_window(total_steps: int, window_steps: int, short_run_fraction:
     return float(window_steps), False
 
 
+def running_time(path: Path, kept_times: np.ndarray):
+    """The function from an event's wall time to the seconds the run had been running then. Each attempt (the
+    start and each resume, an event file of its own) counts from its file's header to its last event kept (`kept_times`:
+    a resumed run supersedes what the attempt before it logged after its checkpoint); the pauses do not count."""
+    from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
+
+    # A run that has just started may have an event file without even the header: it has no attempt yet.
+    headers = (
+        itertools.islice(EventFileLoader(str(file)).Load(), 1) for file in path.iterdir() if EVENT_FILE.match(file.name)
+    )
+    starts = np.sort([event.wall_time for header in headers for event in header])
+    # The attempt an event belongs to: the last one started at or before it.
+    attempt_of_kept = np.searchsorted(starts, kept_times, side="right") - 1
+    ran = [kept_times[attempt_of_kept == k].max(initial=start) - start for k, start in enumerate(starts)]
+    before = np.concatenate([[0.0], np.cumsum(ran)])  # running seconds at the start of each attempt
+
+    def seconds(wall_times: np.ndarray) -> np.ndarray:
+        attempt = np.searchsorted(starts, wall_times, side="right") - 1
+        return before[attempt] + wall_times - starts[attempt]
+
+    return seconds
+
+
 def load_run(info: dict, path: Path, window_steps: int, short_run_fraction: float) -> Run:
     from tensorboard.backend.event_processing import event_accumulator
 
@@ -431,17 +458,15 @@ def load_run(info: dict, path: Path, window_steps: int, short_run_fraction: floa
     failures = acc.Tensors(FAILURE_TAG) if FAILURE_TAG in acc.Tags()["tensors"] else []
     scalar_events = [event for tag in tags for event in acc.Scalars(tag)]
     empty = not scalar_events
-    # A run that has just started may have an event file without even the header, where FirstEventTimestamp
-    # raises; with no scalar there is no wall-clock to measure anyway.
-    first_time = math.nan if empty else acc.FirstEventTimestamp()
     total_steps = max((event.step for event in scalar_events), default=0)
-    last_time = max((event.wall_time for event in scalar_events), default=math.nan)
+    wall_times = np.array([event.wall_time for event in scalar_events], dtype=np.float64)
+    running_seconds = running_time(path, wall_times)
 
     def series(tag):
         events = acc.Scalars(tag) if tag in tags else []
         steps = np.array([event.step for event in events], dtype=np.int64)
         values = np.array([event.value for event in events], dtype=np.float64)
-        seconds = np.array([event.wall_time - first_time for event in events], dtype=np.float64)
+        seconds = running_seconds(np.array([event.wall_time for event in events], dtype=np.float64))
         return steps, values, seconds
 
     steps, values, seconds = series(RETURN_TAG)
@@ -467,7 +492,7 @@ def load_run(info: dict, path: Path, window_steps: int, short_run_fraction: floa
         curves=curves,
         seconds=seconds,
         total_steps=int(total_steps),
-        wall_clock=float(last_time - first_time),
+        wall_clock=math.nan if empty else float(running_seconds(wall_times).max()),
         final_return=final,
         window=window,
         short=short,

@@ -14,6 +14,7 @@ import json
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -141,6 +142,35 @@ def test_a_diverged_run_is_listed_and_counted_but_left_out_of_the_means(tmp_path
     # Its runs.csv, read back, says so too.
     assert report.main(["--finals", str(tmp_path / "out" / "runs.csv"), "--out-dir", str(tmp_path / "cmp")]) == 0
     assert f"{ENV} `ppo` seed 2 ({tmp_path / 'out' / 'runs.csv'}, line 3) diverged" in capsys.readouterr().err
+
+
+def test_the_wall_clock_of_a_resumed_run_leaves_out_its_pause_and_what_it_superseded(tmp_path, capsys, monkeypatch):
+    """Attempt 1 opens its event file at T and logs steps 100, 200, 300 at T+10, T+20, T+30; killed, it is resumed
+    from its step-200 checkpoint at T+5000 (a pause) and logs 300 and 400 at 10 and 20 s from then. By hand: attempt
+    1 ran 20 s to its last event kept (step 200; its step 300 is superseded), so the return events are at 10, 20,
+    30 and 40 s of running time and the wall-clock is 40 s, as summary.json counts it; not 5020 s."""
+    start = 1_700_000_000.0
+    clock = [start]  # the event files' headers take the time the writer opens them
+    monkeypatch.setattr(time, "time", lambda: clock[0])
+    run_dir = tmp_path / "runs" / f"{ENV}__ppo__1"
+    writer = SummaryWriter(str(run_dir))
+    for step, after in ((100, 10), (200, 20), (300, 30)):
+        writer.add_scalar("charts/episodic_return", 1.0, step, walltime=start + after)
+    writer.close()
+    clock[0] = start + 5000
+    writer = SummaryWriter(str(run_dir), purge_step=201)
+    for step, after in ((300, 10), (400, 20)):
+        writer.add_scalar("charts/episodic_return", 2.0, step, walltime=start + 5000 + after)
+    writer.close()
+    monkeypatch.undo()
+
+    info = {"env_id": ENV, "exp_name": "ppo", "seed": 1, "time": int(start), "summary": {}}
+    run = report.load_run(info, run_dir, window_steps=250, short_run_fraction=0.1)
+    assert run.curves["charts/episodic_return"][0].tolist() == [100, 200, 300, 400]
+    assert run.seconds.tolist() == [10.0, 20.0, 30.0, 40.0]
+    assert run.wall_clock == 40.0
+    code, markdown, _ = run_report(tmp_path / "runs", tmp_path / "out", capsys, "--window-steps", "250")
+    assert code == 0 and group_rows(markdown)["ppo"]["Wall-clock [s]"] == "40.0"
 
 
 def test_only_empty_runs_still_give_a_report(tmp_path, capsys):
