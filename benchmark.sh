@@ -22,7 +22,7 @@ resumed, the rest started; so give each configuration its own --exp-name. At the
 run's summary.json. Exit status: 0 when every run is ok, 1 otherwise, 130 after Ctrl-C and 143 after a SIGTERM
 (every running run keeps a checkpoint), 2 for a bad option.
 
-  --env-ids "A B ..."   env ids, separated by spaces or commas (default: "HalfCheetah-v4 Hopper-v4 Walker2d-v4")
+  --env-ids "A B ..."   env ids, separated by spaces, commas or newlines (default: "HalfCheetah-v4 Hopper-v4 Walker2d-v4")
   --seeds N             seeds per env id (default: 3)
   --first-seed S        seeds S, S+1, ..., S+N-1 (default: 1)
   -- FLAGS...           passed to every run (this script sets --run-dir, --env-id, --seed and --num-threads)
@@ -35,7 +35,8 @@ run's summary.json. Exit status: 0 when every run is ok, 1 otherwise, 130 after 
                         a local run would
   --wait                with --slurm: wait for the job (sbatch --wait), then print the summary
   --job-name NAME       with --slurm: the job's name (default: the exp name)
-  --sbatch-args "ARGS"  with --slurm: more sbatch options, e.g. "--partition=cpu --time=02:00:00"
+  --sbatch-args "ARGS"  with --slurm: more sbatch options, split at spaces (quotes are not read), e.g.
+                        "--partition=cpu --time=02:00:00"
   --python "CMD"        the Python to train with (default: the project's environment, set up by uv if it is
                         installed, else <repo>/.venv/bin/python); with --slurm, as the nodes see it
   --workdir DIR         the runs go to DIR/runs/ (default: the current directory)
@@ -96,6 +97,8 @@ while (($#)); do
     shift
 done
 
+# Spaces, commas or newlines (--env-ids "$(cat tasks.txt)"): read -a alone stops at the first newline.
+env_ids_arg=${env_ids_arg//$'\n'/ }
 read -r -a env_ids <<<"${env_ids_arg//,/ }"
 ((${#env_ids[@]})) || die "--env-ids is empty"
 for env_id in "${env_ids[@]}"; do

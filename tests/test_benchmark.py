@@ -362,6 +362,14 @@ def test_bad_arguments_exit_2_with_one_line(tmp_path, args, message):
     assert not (tmp_path / "runs").exists()
 
 
+def test_env_ids_are_split_at_spaces_commas_and_newlines(tmp_path, stub):
+    """A list of tasks from a file, one a line (--env-ids "$(cat tasks.txt)"), is every one of them."""
+    result = benchmark("--dry-run", "--workdir", tmp_path, "--python", stub, "--env-ids", "A-v0\nB-v0,C-v0 D-v0\n")
+    assert result.returncode == 0, result.stderr
+    assert "# 12 runs (4 env ids x 3 seeds)" in result.stdout
+    assert re.findall(r"--env-id (\S+) --seed 1 ", result.stdout) == ["A-v0", "B-v0", "C-v0", "D-v0"]
+
+
 def test_ok_and_failed_runs_pinning_and_threads(tmp_path, stub):
     command = [
         "--workdir", tmp_path, "--python", stub, "--env-ids", "Good-v0,Bad-v0", "--seeds", 2, "--first-seed", 5,
