@@ -21,8 +21,8 @@ published tables) instead of a runs directory, and writes the comparison alone; 
 all, e.g. the runs.csv of each sweep of a screen, kept after the run directories are gone.
 
 A sweep may still be running: a run whose training process holds its run directory's lock (as benchmark.sh's
-runs do), that has logged fewer steps than the longest run of its (env id, exp name), or no scalar at all yet,
-is listed as "in progress" and left out of the means and curves. A
+runs do), that has logged fewer steps than the longest run of its (env id, exp name) or, without a summary.json,
+than its own flags plan for, or no scalar at all yet, is listed as "in progress" and left out of the means and curves. A
 run whose training diverged, failed or was interrupted (its summary.json's status, where it has one) is listed
 as such and left out too, with a line on stderr. Other directories are skipped with a line on stderr, except
 `logs` (Slurm's logs of a benchmark.sh sweep; an older benchmark.sh's sweep logs).
@@ -48,7 +48,8 @@ Definitions
                 resumed attempt (an event file of its own) counts from its header, the attempts before it up
                 to their last event kept (the pause between them, and what a resumed run superseded, left
                 out), as the training script's summary.json counts it.
-  in progress   a run whose last step is below that of the longest run of its (env id, exp name), or
+  in progress   a run whose last step is below that of the longest run of its (env id, exp name), or,
+                without a summary.json, below the steps its flags plan for (killed before its end), or
                 with no scalar event yet (a run that has just started): listed with what it has logged so
                 far, and left out of the means, of the seed counts behind them and of the curves.
   diverged      a run that the training script stopped at a non-finite loss or parameter (its summary.json
@@ -134,6 +135,7 @@ INCLUDED = "included"
 DIVERGED = "diverged"
 ENDED_SHORT = ("failed", "interrupted")  # summary.json's statuses of a run that stopped before its end, left out
 FAILURE_TAG = "failure/text_summary"  # the training script's text when it stops at a non-finite value
+HYPERPARAMETERS_TAG = "hyperparameters/text_summary"  # its flags as a Markdown table, at each start and resume
 
 
 class Reference(NamedTuple):
@@ -264,8 +266,10 @@ class Run:
     window: float  # steps averaged over for final_return; nan when empty
     short: bool  # the run was shorter than --window-steps
     failure: str = ""  # what went non-finite, where training diverged
+    planned_steps: int | None = None  # the steps it was started (or last resumed) to train, where it logged them
     summary: dict = field(default_factory=dict)  # its summary.json, where it has one: how it ended
-    status: str = INCLUDED  # or IN_PROGRESS (empty, or behind the longest run of its group), DIVERGED, ENDED_SHORT
+    status: str = INCLUDED  # or IN_PROGRESS (empty, behind the longest run of its group or its own plan), DIVERGED,
+    # ENDED_SHORT
     eval_at_max: float = math.nan  # its eval return where its group's mean eval curve peaks
     final_success: float = math.nan  # the mean success rate in the final-return window, where the task reports one
     final_any_step_success: float = math.nan  # the same of the success rate at any step, where it was logged
@@ -299,7 +303,7 @@ class ReportArgs:
     """directory of the run directories"""
     finals: tyro.conf.UseAppendAction[list[Path]] = field(default_factory=list)
     """compare the per-run finals of this CSV (columns env_id, exp_name, seed, final_return and optionally status,
-    eval_at_max, as in runs.csv) instead of reading RUNS_DIR; writes the comparison alone (a run, env id x exp name x
+    eval_at_max, final_success, final_any_step_success (for --metric), as in runs.csv) instead of reading RUNS_DIR; writes the comparison alone (a run, env id x exp name x
     seed, may be in one of them only)"""
     exp_name: tyro.conf.UseAppendAction[list[str]] = field(default_factory=list)
     """only runs of this exp name"""
@@ -362,6 +366,14 @@ def parse_args(argv=None) -> ReportArgs:
             args.markdown in ("", ".", "..") or "/" in args.markdown,
             f"--markdown takes a file name in --out-dir, got {args.markdown!r}",
         ),
+        (
+            args.markdown in ("runs.csv", "curves.csv") or args.markdown.endswith(".png"),
+            f"--markdown {args.markdown} is a file report.py writes itself; give another name",
+        ),
+        (
+            args.baseline is not None and args.metric != "return",
+            f"--baseline divides final returns; --metric {args.metric} compares success rates as they are",
+        ),
     ]
     for refused, message in refusals:
         if refused:  # one line on stderr, like the training script
@@ -376,7 +388,13 @@ def parse_args(argv=None) -> ReportArgs:
 
 def selected(info: dict, args: ReportArgs) -> bool:
     """Whether a run (a dict with env_id, exp_name and seed) passes the --exp-name, --env-id and --seed filters."""
-    filters = [(args.exp_name, info["exp_name"]), (args.env_id, info["env_id"]), (args.seed, info["seed"])]
+    # A run directory names a task with a family prefix (MetaWorld/Reach-v3) with "-" for "/"; --env-id takes either.
+    env_ids = [env_id.replace("/", "-") for env_id in args.env_id]
+    filters = [
+        (args.exp_name, info["exp_name"]),
+        (env_ids, info["env_id"].replace("/", "-")),
+        (args.seed, info["seed"]),
+    ]
     return all(not wanted or value in wanted for wanted, value in filters)
 
 
@@ -397,8 +415,9 @@ def find_run_dirs(runs_dir: Path, args: ReportArgs) -> list[tuple[dict, Path]]:
         info = match.groupdict()
         summary_path = path / "summary.json"
         info["summary"] = json.loads(summary_path.read_text()) if summary_path.is_file() else {}
-        info["exp_name"] = info["summary"].get("exp_name", info["exp_name"])
-        info["seed"] = int(info["summary"].get("seed", info["seed"]))
+        # A run refused before it began has a summary without its task, name or seed: the directory's then.
+        info["exp_name"] = info["summary"].get("exp_name") or info["exp_name"]
+        info["seed"] = int(info["summary"].get("seed") or info["seed"])
         if not selected(info, args):
             continue
         opened = [int(m[1]) for file in path.iterdir() if (m := EVENT_FILE.match(file.name))]
@@ -449,6 +468,16 @@ def running_time(path: Path, kept_times: np.ndarray):
     return seconds
 
 
+def planned_steps(hyperparameters: str) -> int | None:
+    """The steps a run's flags plan for, from the training script's hyperparameters table (|name|value| rows): its
+    iterations of a batch each. None where the table has no such rows (another script's runs)."""
+    table = dict(re.findall(r"^\|([^|]+)\|([^|]*)\|$", hyperparameters, re.MULTILINE))
+    try:
+        return int(table["num_iterations"]) * int(table["batch_size"])
+    except (KeyError, ValueError):
+        return None
+
+
 def load_run(info: dict, path: Path, window_steps: int, short_run_fraction: float) -> Run:
     from tensorboard.backend.event_processing import event_accumulator
 
@@ -456,6 +485,7 @@ def load_run(info: dict, path: Path, window_steps: int, short_run_fraction: floa
     acc.Reload()
     tags = acc.Tags()["scalars"]
     failures = acc.Tensors(FAILURE_TAG) if FAILURE_TAG in acc.Tags()["tensors"] else []
+    hyperparameters = acc.Tensors(HYPERPARAMETERS_TAG) if HYPERPARAMETERS_TAG in acc.Tags()["tensors"] else []
     scalar_events = [event for tag in tags for event in acc.Scalars(tag)]
     empty = not scalar_events
     total_steps = max((event.step for event in scalar_events), default=0)
@@ -499,6 +529,9 @@ def load_run(info: dict, path: Path, window_steps: int, short_run_fraction: floa
         final_success=final_success,
         final_any_step_success=final_any_step_success,
         failure=failures[-1].tensor_proto.string_val[0].decode() if failures else "",
+        planned_steps=planned_steps(hyperparameters[-1].tensor_proto.string_val[0].decode())
+        if hyperparameters
+        else None,
         summary=info["summary"],
     )
 
@@ -603,7 +636,8 @@ def render_markdown(
         )
         + f". **Max eval return**: the highest mean over seeds of `{EVAL_TAG}` (the mean action's return), "
         "taken over the steps every seed evaluated, @ that step. "
-        "**Wall-clock**: last event minus first event of the run, in seconds. "
+        "**Wall-clock**: last event minus first event of the run, in seconds; of a resumed run, the time its "
+        "attempts ran (the pauses between them left out). "
         + (
             f"**Final success**: the mean of `{SUCCESS_TAG}` over the same window (tasks that report success): "
             "an episode succeeded if its last step did"
@@ -644,7 +678,7 @@ def render_markdown(
         "",
         (
             f"**Status**: `{INCLUDED}` in the means above, or `{IN_PROGRESS}`: fewer steps than the longest run "
-            f"of its experiment (or none yet), left out, or `{DIVERGED}`: stopped at a non-finite value, left out, "
+            f"of its experiment or than its flags plan (or none yet), left out, or `{DIVERGED}`: stopped at a non-finite value, left out, "
             "or `failed` or `interrupted`: how its summary.json says it stopped early, left out. "
             f"**Last eval**: the run's last `{EVAL_TAG}`. The same rows, with each run's eval at max, are in "
             "`runs.csv`."
@@ -1264,6 +1298,10 @@ def load_groups(args: ReportArgs) -> dict[tuple[str, str], list[Run]]:
                 why = run.failure or run.summary.get("detail")
                 print(f"report.py: {run.path} {run.status} ({why}): left out of the means", file=sys.stderr)
             elif run.empty or run.total_steps < longest:
+                run.status = IN_PROGRESS
+            elif not ended and run.planned_steps and run.total_steps < run.planned_steps:
+                # Killed (SIGKILL, out of memory, a lost node) before its end, with no summary: not a result yet,
+                # though no other run of its group is longer. benchmark.sh resumes it.
                 run.status = IN_PROGRESS
         logged = [run for run in runs if run.included]
         curve = common_step_curve(logged, EVAL_TAG)

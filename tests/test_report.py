@@ -173,6 +173,45 @@ def test_the_wall_clock_of_a_resumed_run_leaves_out_its_pause_and_what_it_supers
     assert code == 0 and group_rows(markdown)["ppo"]["Wall-clock [s]"] == "40.0"
 
 
+def test_a_refused_run_and_a_task_with_a_family_prefix_are_read(tmp_path, capsys):
+    """A run refused before it began has a summary.json without exp name or seed, and no event file: it is passed
+    over with a line, not a crash. MetaWorld/Reach-v3's runs sit in MetaWorld-Reach-v3__... directories, and
+    --env-id finds them by either name."""
+    runs = tmp_path / "runs"
+    write_run(runs, "MetaWorld-Reach-v3__ppo__1", {"charts/episodic_return": [(100, 1.0), (200, 3.0)]})
+    refused = runs / f"{ENV}__ppo__2"
+    refused.mkdir()
+    (refused / "summary.json").write_text(
+        json.dumps({"status": "failed", "env_id": None, "exp_name": None, "seed": None, "detail": "error: bad"})
+    )
+    for env_id in ("MetaWorld/Reach-v3", "MetaWorld-Reach-v3"):
+        code, markdown, err = run_report(runs, tmp_path / "out", capsys, "--env-id", env_id)
+        assert code == 0
+        assert [row["Seed"] for row in run_rows(markdown).values()] == ["1"]
+    code, markdown, err = run_report(runs, tmp_path / "out", capsys)
+    assert code == 0 and f"skipping {refused}: no event file" in err
+
+
+def test_a_run_killed_before_its_end_is_not_a_result_though_no_run_of_its_group_is_longer(tmp_path, capsys):
+    """Both runs planned 4 iterations of 100 steps (the training script's hyperparameters table); `killed` logged 2
+    of them and has no summary.json (SIGKILL, out of memory), so it is in progress; `whole` logged all 4."""
+    runs = tmp_path / "runs"
+    hyperparameters = "|param|value|\n|-|-|\n|total_timesteps|400|\n|num_iterations|4|\n|batch_size|100|"
+    for name, steps in (("killed", (100, 200)), ("whole", (100, 200, 300, 400))):
+        writer = SummaryWriter(str(runs / f"{ENV}__{name}__1"))
+        writer.add_text("hyperparameters", hyperparameters, 0)
+        for step in steps:
+            writer.add_scalar("charts/episodic_return", 1.0, step)
+        writer.close()
+
+    code, markdown, _ = run_report(runs, tmp_path / "out", capsys)
+
+    assert code == 0
+    statuses = {name: row["Status"] for name, row in run_rows(markdown).items()}
+    assert statuses == {f"{ENV}__killed__1": "in progress", f"{ENV}__whole__1": "included"}
+    assert report.planned_steps(hyperparameters) == 400 and report.planned_steps("|param|value|") is None
+
+
 def test_only_empty_runs_still_give_a_report(tmp_path, capsys):
     runs = tmp_path / "runs"
     (runs / f"{ENV}__ppo__1__100").mkdir(parents=True)
@@ -814,6 +853,8 @@ def test_report_rejects_bad_input(tmp_path):
         ([str(tmp_path)], "no run directories"),
         ([str(tmp_path), "--out-dir", str(tmp_path / "a-file")], "is a file, not a directory"),
         ([str(tmp_path), "--markdown", "sub/x.md"], "--markdown takes a file name in --out-dir"),
+        ([str(tmp_path), "--markdown", "runs.csv"], "--markdown runs.csv is a file report.py writes itself"),
+        ([str(tmp_path), "--metric", "success", "--baseline", "a"], "--baseline divides final returns"),
         (["--finals", str(tmp_path / "latin1.csv")], "is not a text CSV (not UTF-8)"),
         (["--finals", str(tmp_path / "short.csv")], "line 2: fewer cells than the header has columns"),
     ]:
