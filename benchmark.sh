@@ -214,7 +214,7 @@ rows, not_ok = [("env", "seed", "status", "steps", "return", "success(last/any)"
 for (env_id, seed, run_dir), s in zip(runs, states):
     ev, wall, ret = s.get("last_eval"), s.get("wall_seconds"), s.get("final_return")
     rows.append((
-        env_id, seed, s["status"], f"{s['global_step']}/{s['total_timesteps']}" if "global_step" in s else "-",
+        env_id, seed, s["status"], f"{s['global_step']}/{s['total_timesteps'] or '-'}" if "global_step" in s else "-",
         "-" if ret is None else f"{ret:.1f}", f"{rate(s.get('final_success'))}/{rate(s.get('final_any_step_success'))}",
         f"{ev['return']:.1f}@{ev['global_step']}" if ev else "-",
         "-" if wall is None else "{}m{:02d}s".format(*divmod(round(wall), 60)), run_dir,

@@ -143,7 +143,8 @@ def test_a_refused_run_is_named_and_fails_the_sweep(tmp_path, env_id, extra, rea
     """The script refuses such input before it trains, and its summary.json says so: failed, and why."""
     result = benchmark("--workdir", tmp_path, "--env-ids", env_id, "--seeds", 1, "--", *extra)
     assert result.returncode == 1, result.stdout + result.stderr
-    assert summary_rows(result.stdout)[(env_id, 1)]["status"] == "failed"
+    row = summary_rows(result.stdout)[(env_id, 1)]
+    assert (row["status"], row["steps"]) == ("failed", "0/-")  # refused before it planned any steps
     assert reason in not_ok_lines(result.stdout)[(env_id, 1)]
     assert "0/1 runs ok." in result.stdout
 
