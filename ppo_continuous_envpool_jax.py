@@ -161,7 +161,10 @@ class PPOArgs:
 # staggered so that they do not all end together; a wider start and an entropy bonus that rewards the log-std
 # only up to 0 (its samples are clipped to the bounds). Chosen on DeepMind Control, then screened on MetaWorld.
 DMC_RECIPE = dict(stagger_episodes=True, init_log_std=0.0, ent_coef=0.01, ent_max_log_std=0.0)
-FAMILY_DEFAULTS = {"dmc": DMC_RECIPE, "metaworld": DMC_RECIPE}
+# MyoSuite: a shorter horizon. Its tasks pay for reaching and holding a pose within episodes of 100-200 steps;
+# a discount of 0.95 (a horizon of about 20 steps) reached NPG's success on HandReach at 1M steps, where 0.99 had
+# barely begun, and raised the return on each of the family's four tasks.
+FAMILY_DEFAULTS = {"dmc": DMC_RECIPE, "metaworld": DMC_RECIPE, "myosuite": dict(gamma=0.95)}
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -226,6 +226,8 @@ def test_a_task_gets_its_familys_defaults_and_the_gym_defaults_elsewhere(env_id,
     expected = asdict(ppo.Args(env_id=env_id))
     if family in ("dmc", "metaworld"):
         expected.update(DMC_RECIPE)
+    if family == "myosuite":
+        expected["gamma"] = 0.95
     computed = ("batch_size", "minibatch_size", "num_iterations")
     assert {k: v for k, v in asdict(args).items() if k not in computed} == {
         k: v for k, v in expected.items() if k not in computed
@@ -241,9 +243,15 @@ def test_a_flag_on_the_command_line_wins_over_its_familys_default():
 
 
 @pytest.mark.parametrize(
-    "env_id, ent_coef", [("CheetahRun-v1", "0.01"), ("MetaWorld/Reach-v3", "0.01"), ("HalfCheetah-v4", "0.0")]
+    "env_id, ent_coef, gamma",
+    [
+        ("CheetahRun-v1", "0.01", "0.99"),
+        ("MetaWorld/Reach-v3", "0.01", "0.99"),
+        ("myoHandReachRandom-v0", "0.0", "0.95"),
+        ("HalfCheetah-v4", "0.0", "0.99"),
+    ],
 )
-def test_help_shows_the_defaults_of_the_tasks_family(env_id, ent_coef):
+def test_help_shows_the_defaults_of_the_tasks_family(env_id, ent_coef, gamma):
     result = subprocess.run(
         [sys.executable, str(SCRIPT), "--env-id", env_id, "--help"],
         capture_output=True,
@@ -256,6 +264,7 @@ def test_help_shows_the_defaults_of_the_tasks_family(env_id, ent_coef):
     assert re.search(
         rf"--ent-coef FLOAT\s+coefficient of the entropy \(default: {re.escape(ent_coef)}\)", result.stdout
     )
+    assert re.search(rf"--gamma FLOAT\s+the discount factor gamma \(default: {re.escape(gamma)}\)", result.stdout)
 
 
 def test_a_run_records_its_effective_values_and_a_resumed_run_keeps_them(tmp_path):
