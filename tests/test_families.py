@@ -208,6 +208,11 @@ def test_myosuite_random_tasks_start_each_episode_from_another_state():
 
 # The DeepMind Control recipe of docs/families.md, written out here rather than read from the table.
 DMC_RECIPE = {"stagger_episodes": True, "init_log_std": 0.0, "ent_coef": 0.01, "ent_max_log_std": 0.0}
+# MuJoCo Playground's Brax PPO settings for PandaPickCubeCartesian, from 64 environments (docs/families.md).
+PLAYGROUND_FLAGS = (
+    "--num-steps 160 --num-minibatches 8 --update-epochs 8 --learning-rate 0.0005 --ent-coef 0.0075 "
+    "--gamma 0.97 --hidden-sizes 256 256 --clip-coef 0.3 --max-grad-norm 1.0"
+)
 
 
 @pytest.mark.parametrize(
@@ -228,6 +233,9 @@ def test_a_task_gets_its_familys_defaults_and_the_gym_defaults_elsewhere(env_id,
         expected.update(DMC_RECIPE)
     if family == "myosuite":
         expected["gamma"] = 0.95
+    if family == "playground":
+        expected.update(asdict(ppo.parse_args(["--env-id", "Hopper-v4", *PLAYGROUND_FLAGS.split()])[0]))
+        expected["env_id"] = env_id
     computed = ("batch_size", "minibatch_size", "num_iterations")
     assert {k: v for k, v in asdict(args).items() if k not in computed} == {
         k: v for k, v in expected.items() if k not in computed
@@ -240,6 +248,10 @@ def test_a_flag_on_the_command_line_wins_over_its_familys_default():
     assert (args.stagger_episodes, args.ent_coef) == (False, 0.0)
     assert (args.init_log_std, args.ent_max_log_std) == (0.0, 0.0)  # the others still the family's
     assert ppo.family_defaults_line(args) == "family=dmc defaults: --init-log-std 0.0 --ent-max-log-std 0.0"
+    args, _ = ppo.parse_args(["--env-id", "PandaPickCubeCartesian-v1", "--num-steps", "40"])
+    assert args.num_steps == 40
+    others = PLAYGROUND_FLAGS.removeprefix("--num-steps 160 ")
+    assert ppo.family_defaults_line(args) == f"family=playground defaults: {others}"
 
 
 @pytest.mark.parametrize(
@@ -248,6 +260,7 @@ def test_a_flag_on_the_command_line_wins_over_its_familys_default():
         ("CheetahRun-v1", "0.01", "0.99"),
         ("MetaWorld/Reach-v3", "0.01", "0.99"),
         ("myoHandReachRandom-v0", "0.0", "0.95"),
+        ("Go1JoystickFlatTerrain-v1", "0.0075", "0.97"),
         ("HalfCheetah-v4", "0.0", "0.99"),
     ],
 )
