@@ -166,7 +166,7 @@ DMC_RECIPE = dict(stagger_episodes=True, init_log_std=0.0, ent_coef=0.01, ent_ma
 # barely begun, and lost nothing on the other three tasks (their returns level or higher).
 # MuJoCo Playground: its own Brax PPO settings for PandaPickCubeCartesian (a 256-256 network, discount 0.97, 8
 # epochs of 8 minibatches at 5e-4, an entropy bonus of 0.0075), its batch of 1,024 environments x 10 steps taken
-# as 64 x 160: a Playground environment holds 40-300 MiB in EnvPool, so gym's 64 is what a 24 GiB machine holds
+# as 64 x 160: a Playground environment holds 18-260 MiB in EnvPool, so gym's 64 is what a 24 GiB machine holds
 # on every task. They found Panda's cube in more seeds than gym's defaults, and earned more on Go1.
 PLAYGROUND_BRAX = dict(
     num_steps=160,
