@@ -61,10 +61,13 @@ die() {
     exit 2
 }
 
-# The CPUs this process may run on (an existing taskset or cgroup affinity holds), one per line.
+# The CPUs this process may run on (an existing taskset or cgroup affinity holds), one per line; where the kernel
+# does not list them (gVisor writes no Cpus_allowed_list), CPUs 0 to nproc - 1.
 usable_cpus() {
-    local part
-    for part in $(sed -n 's/^Cpus_allowed_list:\s*//p' /proc/self/status | tr , ' '); do seq "${part%-*}" "${part#*-}"; done
+    local part list
+    list=$(sed -n 's/^Cpus_allowed_list:\s*//p' /proc/self/status)
+    list=${list:-0-$(($(nproc) - 1))}
+    for part in ${list//,/ }; do seq "${part%-*}" "${part#*-}"; done
 }
 
 # --- options ------------------------------------------------------------------------------------------------
@@ -313,12 +316,14 @@ echo "$PROG: $plan; python: ${python[*]}"
 xargs_pid=""
 stop_runs() {
     [[ -n "$xargs_pid" ]] || return 0
-    local children=/proc/$xargs_pid/task/$xargs_pid/children slots worker
+    local children=/proc/$xargs_pid/task/$xargs_pid/children slots worker runs
     kill -STOP "$xargs_pid" 2>/dev/null || return 0
     [[ -r "$children" ]] || echo "$PROG: warning: cannot list xargs' workers ($children): the runs go on to their end" >&2
     slots=$(cat "$children" 2>/dev/null) || true
     for worker in $slots; do
-        kill -TERM "$worker" $(cat /proc/"$worker"/task/"$worker"/children 2>/dev/null) 2>/dev/null || true
+        runs=()
+        read -r -a runs 2>/dev/null <"/proc/$worker/task/$worker/children" || true
+        kill -TERM "$worker" "${runs[@]}" 2>/dev/null || true
     done
     kill -TERM "$xargs_pid" 2>/dev/null || true
     kill -CONT "$xargs_pid" 2>/dev/null || true

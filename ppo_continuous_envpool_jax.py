@@ -7,10 +7,10 @@ around the algorithm: checkpoints, evaluation and video, signals, progress and l
 line. `python ppo_continuous_envpool_jax.py --help` lists the flags.
 
 Output contract: the first line on stdout is `run_dir=<path>`, the directory the run logs to, the second
-names the family defaults it applied; then, where stdout is not a terminal (on one, a progress bar), one line
-per iteration, `iteration=I/N global_step=S return=R SPS=X` (R is the mean return of the episodes that ended
-in the iteration, `-` where none did), with ` eval=E` where the policy was evaluated; the last line, however
-the run ends, is its summary (`summary: status=ok steps=... final_return=...`), which the run directory also
+names the family defaults it applied, the third the devices of the rollout and of the learner; then, where
+stdout is not a terminal (on one, a progress bar), one line per iteration, `iteration=I/N global_step=S
+return=R SPS=X` (R is the mean return of the episodes that ended in the iteration, `-` where none did), with
+` eval=E` where the policy was evaluated; the last line, however the run ends, is its summary (`summary: status=ok steps=... final_return=...`), which the run directory also
 keeps as summary.json: what benchmark.sh and report.py read about how a run ended.
 """
 
@@ -36,9 +36,9 @@ from dataclasses import asdict, dataclass, field, replace
 from functools import partial
 from typing import Literal, NamedTuple
 
-# XLA's CPU client gets one thread and 512-bit vectors, read when JAX starts: for networks this small,
-# splitting kernels over cores costs more in hand-offs than it gains, and EnvPool steps the environments on
-# threads of its own (docs/speed.md). The environment overrides either (PJRT_NPROC, XLA_FLAGS).
+# XLA's CPU client gets 512-bit vectors and one thread, read when JAX starts (`parse_args` may give it more
+# threads before: `xla_cpu_threads`). The environment overrides either (XLA_FLAGS, PJRT_NPROC).
+THREADS_GIVEN = "PJRT_NPROC" in os.environ
 os.environ.setdefault("PJRT_NPROC", "1")
 if "--xla_cpu_prefer_vector_width" not in os.environ.get("XLA_FLAGS", ""):
     os.environ["XLA_FLAGS"] = os.environ.get("XLA_FLAGS", "") + " --xla_cpu_prefer_vector_width=512"
@@ -65,9 +65,12 @@ import optax
 import tyro
 from flax.training.train_state import TrainState
 
-# JAX runs on the CPU: EnvPool's XLA step is a host-side call, on a GPU backend an early version of this
-# script trained silently wrong, and for 64x64 networks the CPU is as fast (docs/how-it-works.md).
-jax.config.update("jax_platforms", "cpu")
+# What is not placed elsewhere runs on the CPU: the rollout above all, whose EnvPool step is a host call (EnvPool
+# has no TPU step, and on a GPU backend an early version of this script trained silently wrong:
+# docs/how-it-works.md). The learner runs on --learner-device, where matrix products keep float32's precision (a
+# TPU's default rounds their inputs to bfloat16; the CPU computes float32 either way).
+jax.config.update("jax_default_device", "cpu")
+jax.config.update("jax_default_matmul_precision", "highest")
 # Compiled programs are kept on disk, so the next run with the same shapes loads its set-up and update
 # instead of compiling them. JAX_COMPILATION_CACHE_DIR picks another folder, JAX_ENABLE_COMPILATION_CACHE=false
 # turns it off.
@@ -90,6 +93,9 @@ class PPOArgs:
     """seed of the experiment (JAX keys and EnvPool's environments)"""
     num_threads: int = 0
     """EnvPool's worker threads (0: one per environment, at most one per core)"""
+    learner_device: str = "auto"
+    """where the advantages and update epochs run: auto (JAX's first GPU or TPU, else the CPU), cpu, or a device as
+    platform[:index] (tpu, gpu:1, cpu:1); the rollout runs on the CPU"""
     total_timesteps: int = 1_000_000
     """total environment steps of the experiment (rounded down to whole batches of --num-envs x --num-steps)"""
     learning_rate: float = 3e-4
@@ -114,6 +120,9 @@ class PPOArgs:
     """the number of mini-batches"""
     update_epochs: int = 10
     """the K epochs to update the policy"""
+    policy_lag: bool = False
+    """collect each rollout with the parameters from before the previous iteration's update, so that the update
+    runs beside the rollout, not after it (one update of policy lag, as in Sebulba and cleanba)"""
     norm_adv: bool = True
     """toggles advantages normalization (per minibatch; on, unlike tianshou: see docs/ablations.md)"""
     recompute_adv: bool = True
@@ -780,8 +789,8 @@ def make_optimizer(args: PPOArgs):
 
 
 class RunState(NamedTuple):
-    train_state: TrainState  # parameters, optimizer state, gradient-step count
-    env_state: EnvState
+    train_state: TrainState  # parameters, optimizer state, gradient-step count: on the learner
+    env_state: EnvState  # on the CPU, with the rollout
     global_step: int
 
 
@@ -798,60 +807,88 @@ def train(args: PPOArgs, logger: "IterationLogger", stop: "StopRequest | None" =
     state = initial_state(programs, handle, start, checkpoint)
     logger.start(state.global_step)
 
-    # Iteration i is dispatched while i-1 still runs its epochs (on one core), and i-1 is logged once i's
-    # rollout has ended, while i's epochs run: the device does not wait for Python's dispatching and logging
-    # (only for an --eval-every evaluation that outlasts the epochs), and Python never takes a core from
-    # EnvPool's threads during a rollout. --target-kl waits for each epoch, which undoes it. Every return
-    # comes after the newest rollout has ended, so EnvPool can be freed.
+    # Each iteration updates on its rollout and dispatches the next one, which the CPU runs while Python logs the
+    # iteration before: the devices do not wait for Python's dispatching and logging (only for an --eval-every
+    # evaluation that outlasts the epochs), and on the CPU Python logs while the epochs run, not during a rollout.
+    # --target-kl waits for each epoch, which undoes it. Every return comes after the last rollout dispatched has
+    # ended, so EnvPool can be freed.
+    first = state.global_step // args.batch_size + 1
+    collected = collect_rollout(programs, state.train_state.params, state.env_state, first, args)
     logged, failure = state, None  # the newest state whose iteration was logged as finite
     pending = None  # (iteration, state, figures) dispatched and not logged yet
-    for iteration in range(state.global_step // args.batch_size + 1, args.num_iterations + 1):
-        state, figures = run_iteration(programs, state, iteration, args)
-        jax.block_until_ready(state.env_state.obs)  # the rollout has ended, the epochs run on
-        if pending is not None:
-            if failure := logger.log(*pending):
+    try:
+        for iteration in range(first, args.num_iterations + 1):
+            state, figures, collected = run_iteration(programs, state, collected, iteration, args)
+            jax.block_until_ready(state.env_state.obs)  # the iteration's rollout has ended, the epochs run on
+            if pending is not None:
+                if failure := logger.log(*pending):
+                    break
+                logged = pending[1]
+            pending = (iteration, state, figures)
+            if stop is not None and stop.signum is not None:
                 break
-            logged = pending[1]
-        pending = (iteration, state, figures)
-        if stop is not None and stop.signum is not None:
-            break
+    finally:  # however the loop ends (a checkpoint that cannot be written exits from it)
+        jax.block_until_ready(collected)  # a rollout dispatched beyond the last iteration logged, thrown away
     if pending is not None and failure is None:
         failure = logger.log(*pending)
         logged = logged if failure else pending[1]
     return TrainResult(logged, failure)
 
 
-def run_iteration(programs: "Programs", state: RunState, iteration: int, args: PPOArgs):
-    """Rollout, advantages and update epochs, dispatched: JAX returns before they have run. Returns the new
-    state and the iteration's figures for the log, still on the device."""
+def collect_rollout(programs: "Programs", params, env_state: EnvState, iteration: int, args: PPOArgs):
+    """Dispatch the rollout of `iteration` (None past the last), with `params` brought to the CPU."""
+    if iteration > args.num_iterations:
+        return None
     # Keys derive from the iteration, so a resumed run samples its policy noise as the original would.
     key = jax.random.fold_in(jax.random.PRNGKey(args.seed), iteration)
+    return programs.collect(jax.device_put(params, programs.actor), env_state, key)
+
+
+def run_iteration(programs: "Programs", state: RunState, collected, iteration: int, args: PPOArgs):
+    """The update on `collected`, the rollout of `iteration` (dispatched, perhaps still running), and the next
+    rollout, dispatched: before the update with --policy-lag, acting with the parameters the update starts from, so
+    that on an accelerator the two run side by side; else after it, with its parameters. Returns the new state, the
+    iteration's figures for the log (both still on their devices) and the next rollout."""
+    env_state, transitions, batch, stats = collected
+    if args.policy_lag:
+        next_collected = collect_rollout(programs, state.train_state.params, env_state, iteration + 1, args)
     # Minibatches are shuffled on the host: NumPy's shuffle costs next to nothing, XLA's CPU sort a good part of
     # an epoch (docs/speed.md).
     shuffler = np.random.default_rng((args.seed, iteration))
-    env_state, transitions, batch, stats = programs.collect(state.train_state.params, state.env_state, key)
-    # With --reward-norm return, each recomputation updates the return statistics, which travel in env_state
-    # with the rest of the normalisation (and the checkpoint) to the next iteration.
-    train_state, return_rms = state.train_state, env_state.return_rms
+    permutations = [shuffler.permutation(args.batch_size) for _ in range(args.update_epochs)]
+    # The rollout's batch and the epochs' shuffles cross to the learner in one go, once the rollout has ended; the
+    # parameters cross back for the next rollout: an iteration's only transfers, none where the learner is the CPU.
+    transitions, batch, last_obs, return_rms, permutations = jax.device_put(
+        (transitions, batch, env_state.obs, env_state.return_rms, permutations), programs.learner
+    )
+    train_state = state.train_state
     for epoch in range(args.update_epochs):
         if epoch > 0 and args.recompute_adv:
-            batch, return_rms = programs.recompute_batch(train_state.params, transitions, env_state.obs, return_rms)
-        train_state, losses = programs.update_epoch(train_state, batch, shuffler.permutation(args.batch_size))
+            batch, return_rms = programs.recompute_batch(train_state.params, transitions, last_obs, return_rms)
+        train_state, losses = programs.update_epoch(train_state, batch, permutations[epoch])
         if args.target_kl is not None and float(losses["approx_kl"]) > args.target_kl:
             break
-    env_state = env_state.replace(return_rms=return_rms)
+    if args.reward_norm == "return":  # the recomputations refined the return statistics, for the next batch
+        env_state = env_state.replace(return_rms=jax.device_put(return_rms, programs.actor))
+    if not args.policy_lag:
+        next_collected = collect_rollout(programs, train_state.params, env_state, iteration + 1, args)
     figures = (stats, losses, programs.summarize(train_state, state.train_state.step))
-    return RunState(train_state, env_state, state.global_step + args.batch_size), figures
+    for figure in jax.tree.leaves(figures):  # on their way to the host now: the log will wait for no transfer
+        figure.copy_to_host_async()
+    return RunState(train_state, env_state, state.global_step + args.batch_size), figures, next_collected
 
 
 class Programs(NamedTuple):
-    """The compiled pieces of an iteration, each jitted once per run."""
+    """The compiled pieces of an iteration, each jitted once per run, and the devices they run on: the actor (the
+    CPU) collects, the learner recomputes advantages and updates (each program runs where its inputs are)."""
 
     init_states: Callable  # (handle, start, statistics) -> (env_state, train_state)
     collect: Callable  # (params, env_state, key) -> (env_state, transitions, batch, stats)
     recompute_batch: Callable  # (params, transitions, last_obs, return_rms) -> (batch, return_rms)
     update_epoch: Callable  # (train_state, batch, permutation) -> (train_state, losses)
     summarize: Callable  # (train_state, first_step) -> (which parameters are finite, the rate at first_step)
+    actor: jax.Device
+    learner: jax.Device
 
 
 def make_programs(args: PPOArgs, envs, xla_step) -> Programs:
@@ -878,7 +915,20 @@ def make_programs(args: PPOArgs, envs, xla_step) -> Programs:
         recompute_batch=jax.jit(partial(recompute_batch, apply_fn=network.apply, args=args)),
         update_epoch=jax.jit(partial(update_epoch, args=args)),
         summarize=jax.jit(summarize),
+        actor=jax.devices("cpu")[0],
+        learner=learner_device(args.learner_device),
     )
+
+
+def learner_device(name: str) -> jax.Device:
+    """--learner-device as a JAX device (its form is checked by `check_args`)."""
+    if name == "auto":
+        return jax.devices()[0]  # JAX's default backend's: a GPU or TPU where it has one
+    platform, _, index = name.partition(":")
+    try:
+        return jax.devices(platform)[int(index or 0)]
+    except (RuntimeError, IndexError) as error:
+        sys.exit(f"error: --learner-device {name}: {'no such device' if isinstance(error, IndexError) else error}")
 
 
 # ===================================================================================================
@@ -978,14 +1028,17 @@ def checkpoint_path(path: str) -> str:
 
 
 def initial_state(programs: Programs, handle, start: Start, checkpoint: dict | None) -> RunState:
-    """A new run's state, or the state a checkpoint saved (on environments that start afresh)."""
-    if checkpoint is None:
-        env_state, train_state = programs.init_states(handle, start, {})
-        return RunState(train_state, env_state, 0)
-    statistics = {name: checkpoint[name] for name in ("obs_rms", "return_rms")}
+    """A new run's state, or the state a checkpoint saved (on environments that start afresh), each part placed
+    for good on the device that uses it: each program then runs where its inputs are, compiled once."""
+    statistics = {} if checkpoint is None else {name: checkpoint[name] for name in ("obs_rms", "return_rms")}
     env_state, train_state = programs.init_states(handle, start, statistics)
-    train_state = flax.serialization.from_state_dict(train_state, checkpoint["train_state"])
-    return RunState(train_state, env_state, int(checkpoint["global_step"]))
+    global_step = 0
+    if checkpoint is not None:
+        train_state = flax.serialization.from_state_dict(train_state, checkpoint["train_state"])
+        global_step = int(checkpoint["global_step"])
+    return RunState(
+        jax.device_put(train_state, programs.learner), jax.device_put(env_state, programs.actor), global_step
+    )
 
 
 def load_checkpoint(path: str) -> dict:
@@ -1097,7 +1150,8 @@ def evaluate(args: Args, params, obs_rms: RunningMeanStd) -> Evaluation:
         return jax.lax.while_loop(unfinished, step, carry)
 
     first_obs = jnp.asarray(reset_observation(envs), jnp.float32)
-    carry = jax.device_get(play(params, obs_rms, handle, first_obs))
+    # The policy acts beside EnvPool, on the CPU, wherever the learner left its parameters.
+    carry = jax.device_get(play(jax.device_put(params, jax.devices("cpu")[0]), obs_rms, handle, first_obs))
     successes, any_successes = (
         (carry.successes, carry.success_steps >= env.success_steps) if env.success_key else (None, None)
     )
@@ -1506,6 +1560,11 @@ def check_args(args: Args) -> str | None:
         return f"--exp-name must be a file name, not empty and without '/' or a leading '.', got {args.exp_name!r}"
     if not args.hidden_sizes or min(args.hidden_sizes) <= 0:
         return f"--hidden-sizes must be positive integers, got {args.hidden_sizes}"
+    if args.policy_lag and args.reward_norm == "return":
+        return "--policy-lag excludes --reward-norm return (each update refines the statistics of the next batch)"
+    platform, colon, index = args.learner_device.partition(":")
+    if args.learner_device != "auto" and not (platform in ("cpu", "gpu", "tpu") and (not colon or index.isdigit())):
+        return f"--learner-device must be auto, cpu, gpu or tpu, with :index where given, got {args.learner_device!r}"
     batch_size = args.num_envs * args.num_steps
     if batch_size % args.num_minibatches:
         return (
@@ -1619,6 +1678,13 @@ def parse_args(cli_args: list[str] | None = None) -> tuple[Args, dict | None]:
             )
     if error:
         sys.exit(f"error: {error}")
+    if not THREADS_GIVEN:
+        os.environ["PJRT_NPROC"] = str(xla_cpu_threads(args))
+    if args.evaluate or args.learner_device.startswith("cpu"):
+        # Before JAX starts: it then leaves an accelerator alone, to another process (a TPU takes one at a time).
+        jax.config.update("jax_platforms", "cpu")
+    if not args.evaluate:
+        learner_device(args.learner_device)  # one that is missing is refused before the run starts
     if saved.resume:  # the model file, also where its run directory was named
         args.resume = path
         # A kept model stays kept: the run's checkpoints overwrite it, so at the end it holds the final state.
@@ -1629,6 +1695,18 @@ def parse_args(cli_args: list[str] | None = None) -> tuple[Args, dict | None]:
     args.minibatch_size = args.batch_size // args.num_minibatches
     args.num_iterations = args.total_timesteps // args.batch_size
     return args, checkpoint
+
+
+def xla_cpu_threads(args: Args) -> int:
+    """XLA's CPU threads: one, unless the matrix products on the CPU are large (those of the rollout's policy, and
+    of the update's minibatches where the learner is the CPU), then as many as the run's cores (--num-threads, else
+    the usable cores). Splitting a small product over cores costs more in hand-offs than it gains (gym's 64-64
+    networks run slower on 2 or 12 threads); a 256-256 network's minibatches of 1,280 run twice as fast on 2
+    (docs/speed.md). It decides the floats' rounding, so a run's numbers depend on it."""
+    rows = max(args.num_envs, args.num_envs * args.num_steps // args.num_minibatches)
+    if rows * max(args.hidden_sizes) ** 2 < 2**24:
+        return 1
+    return args.num_threads or len(os.sched_getaffinity(0))
 
 
 def show_evaluation(args: Args, evaluation: Evaluation, run_name: str):
@@ -1662,6 +1740,10 @@ def run_training(args: Args, checkpoint: dict | None, command: list[str]):
     model_path = args.resume or os.path.join(run_dir, f"{args.exp_name}.model")
     print(f"run_dir={run_dir}", flush=True)
     print(family_defaults_line(args), flush=True)
+    learner = learner_device(args.learner_device)
+    kind = f" ({learner.device_kind})" if learner.device_kind != learner.platform else ""
+    threads = os.environ["PJRT_NPROC"]
+    print(f"devices: rollout cpu:0 (XLA threads: {threads}), learner {learner.platform}:{learner.id}{kind}", flush=True)
     # The state is kept when the run stops early if it is kept at all: as a checkpoint or as the model.
     keep_state = args.save_model or args.checkpoint_every_seconds > 0
     start_step = int(checkpoint["global_step"]) if args.resume else 0

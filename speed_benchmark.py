@@ -12,7 +12,9 @@ that run left (warm: only the rollout, which embeds the process's EnvPool, is co
 after `--` go to the training script.
 
 With --phases it also times the parts of an iteration on their own (each waited for before the next
-starts): the rollout with its first batch, one update epoch, one advantage recomputation.
+starts): the rollout with its first batch, its move to the learner, one update epoch, one advantage
+recomputation, the parameters' move back. --no-start-up skips the new processes (on a machine whose
+accelerator this process holds, they could not have it).
 """
 
 import argparse
@@ -71,9 +73,11 @@ def phase_milliseconds(args: ppo.Args, iterations: int) -> dict[str, float]:
     """Median milliseconds of each part of an iteration, the training loop's parts timed one at a time."""
     envs, handle, xla_step = ppo.make_envs(args.env_id, args.num_envs, args.num_threads, args.seed)
     programs = ppo.make_programs(args, envs, xla_step)
-    env_state, train_state = programs.init_states(handle, ppo.reset_start(envs), {})
+    train_state, env_state, _ = ppo.initial_state(programs, handle, ppo.reset_start(envs), None)
+    params = jax.device_put(train_state.params, programs.actor)
     shuffler = np.random.default_rng(args.seed)
-    seconds = {"rollout and first batch": [], "update epoch": [], "advantage recomputation": []}
+    phases = ("rollout and first batch", "batch to the learner", "update epoch", "advantage recomputation")
+    seconds = {phase: [] for phase in (*phases, "parameters back")}
 
     def timed(phase, function, *function_args):
         start = time.perf_counter()
@@ -83,10 +87,13 @@ def phase_milliseconds(args: ppo.Args, iterations: int) -> dict[str, float]:
 
     for iteration in range(iterations):
         key = jax.random.PRNGKey(iteration)
-        env_state, transitions, batch, _ = timed(
-            "rollout and first batch", programs.collect, train_state.params, env_state, key
+        env_state, transitions, batch, _ = timed("rollout and first batch", programs.collect, params, env_state, key)
+        transitions, batch, last_obs, return_rms = timed(
+            "batch to the learner",
+            jax.device_put,
+            (transitions, batch, env_state.obs, env_state.return_rms),
+            programs.learner,
         )
-        return_rms = env_state.return_rms
         for epoch in range(args.update_epochs):
             if epoch > 0 and args.recompute_adv:
                 batch, return_rms = timed(
@@ -94,13 +101,14 @@ def phase_milliseconds(args: ppo.Args, iterations: int) -> dict[str, float]:
                     programs.recompute_batch,
                     train_state.params,
                     transitions,
-                    env_state.obs,
+                    last_obs,
                     return_rms,
                 )
             train_state, _ = timed(
                 "update epoch", programs.update_epoch, train_state, batch, shuffler.permutation(args.batch_size)
             )
-        env_state = env_state.replace(return_rms=return_rms)
+        env_state = env_state.replace(return_rms=jax.device_put(return_rms, programs.actor))
+        params = timed("parameters back", jax.device_put, train_state.params, programs.actor)
     # The first call of each compiled it.
     return {phase: 1e3 * statistics.median(values[1:]) for phase, values in seconds.items() if len(values) > 1}
 
@@ -135,6 +143,7 @@ def main():
     parser.add_argument("--env-id", default="HalfCheetah-v4")
     parser.add_argument("--iterations", type=int, default=60, help="training iterations to time")
     parser.add_argument("--phases", action="store_true", help="also time the parts of an iteration on their own")
+    parser.add_argument("--no-start-up", action="store_true", help="skip timing new processes to the first iteration")
     parser.add_argument("train_args", nargs="*", help="flags for the training script, after --")
     options = parser.parse_args()
     if options.iterations < 2:  # the steps/s are timed between iterations
@@ -152,7 +161,9 @@ def main():
     iteration_seconds = np.diff(clock.times)
     training = statistics.median(args.batch_size / iteration_seconds)
     raw_median = statistics.median(raw)
+    learner = ppo.learner_device(args.learner_device)
     print(f"task {args.env_id}, num_envs {args.num_envs}, batch {args.batch_size}, {options.iterations} iterations")
+    print(f"learner {learner.platform}:{learner.id}, XLA CPU threads (PJRT_NPROC) {os.environ['PJRT_NPROC']}")
     print(f"raw EnvPool steps/s (median of {len(raw)} chunks):       {raw_median:10.0f}")
     print(f"training steps/s (median of {len(iteration_seconds)} iterations):    {training:10.0f}")
     print(f"ratio training / raw:                            {training / raw_median:10.2f}")
@@ -178,6 +189,8 @@ def main():
         for phase, milliseconds in phases.items():
             print(f"  {phase:30s} {milliseconds:8.2f}")
 
+    if options.no_start_up:
+        return
     train_args = ["--env-id", options.env_id, *options.train_args]
     with tempfile.TemporaryDirectory() as cache_dir:
         cold = seconds_to_first_iteration(train_args, args.batch_size, cache_dir)

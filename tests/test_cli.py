@@ -48,6 +48,10 @@ def test_the_quick_envpool_import_registers_every_mujoco_task():
         (["--total-timesteps", "0"], "--total-timesteps must be positive, got 0"),
         (["--total-timesteps", "100"], "--total-timesteps 100 is less than one batch (2048 steps)"),
         (["--learning-rate", "nan"], "--learning-rate must be finite and positive, got nan"),
+        (["--learner-device", "xpu"], "--learner-device must be auto, cpu, gpu or tpu, with :index where given"),
+        (["--learner-device", "tpu:first"], "--learner-device must be auto, cpu, gpu or tpu, with :index where given"),
+        (["--learner-device", "cpu:7"], "--learner-device cpu:7: no such device"),
+        (["--policy-lag", "--reward-norm", "return"], "--policy-lag excludes --reward-norm return"),
         (["--env-id"], "argument --env-id/--env_id: expected one argument"),  # read before tyro
         (["--seed", "1", "--resume"], "argument --resume: expected one argument"),
     ],

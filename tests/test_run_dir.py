@@ -135,7 +135,7 @@ def test_a_run_dir_whose_attempt_left_no_checkpoint_starts_afresh_and_supersedes
     result = run_script(*cli_args, "--run-dir", tmp_path / "run", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
-    assert lines[1] == "family=gym (no family defaults)" and lines[2].startswith("iteration=1/8 ")  # from step 1
+    assert lines[1] == "family=gym (no family defaults)" and lines[3].startswith("iteration=1/8 ")  # from step 1
     # What TensorBoard shows is the second attempt alone: as a run of the same seed in a fresh directory logs.
     clean = run_script(*cli_args, "--run-dir", tmp_path / "clean", cwd=tmp_path)
     assert clean.returncode == 0, clean.stderr

@@ -29,11 +29,12 @@ METRICS = [
 def test_cli_run_logs_every_metric(tmp_path):
     result = run_script("--env-id", "Hopper-v4", "--total-timesteps", "4096", *SMALL, cwd=tmp_path)
     assert result.returncode == 0, result.stderr
-    # Not a terminal: the run directory, its family, one plain progress line per iteration (no progress bar),
-    # the summary.
+    # Not a terminal: the run directory, its family, its devices, one plain progress line per iteration (no
+    # progress bar), the summary.
     run_dir = only_run_dir(tmp_path)
-    first_line, family, *progress, summary = result.stdout.splitlines()
+    first_line, family, devices, *progress, summary = result.stdout.splitlines()
     assert (first_line, family) == (f"run_dir=runs/{run_dir.name}", "family=gym (no family defaults)")
+    assert devices == "devices: rollout cpu:0 (XLA threads: 1), learner cpu:0"
     assert [line.split()[0] for line in progress] == [f"iteration={i}/8" for i in range(1, 9)]
     assert summary.startswith("summary: status=ok steps=4096/4096 ")
     assert run_dir.name.startswith("Hopper-v4__ppo_continuous_envpool_jax__1__")
