@@ -371,6 +371,24 @@ def test_env_ids_are_split_at_spaces_commas_and_newlines(tmp_path, stub):
     assert re.findall(r"--env-id (\S+) --seed 1 ", result.stdout) == ["A-v0", "B-v0", "C-v0", "D-v0"]
 
 
+def test_where_proc_lists_no_allowed_cpus_the_sweep_takes_those_nproc_counts(tmp_path, stub):
+    """gVisor writes no Cpus_allowed_list in /proc/self/status: the sweep pins its runs to CPUs 0 to nproc - 1 instead
+    of refusing with "0 usable cores". A copy of benchmark.sh reads a status file without that line."""
+    status = tmp_path / "status"
+    lines = Path("/proc/self/status").read_text().splitlines(keepends=True)
+    status.write_text("".join(line for line in lines if not line.startswith("Cpus_allowed")))
+    copy = tmp_path / "benchmark.sh"
+    copy.write_text(BENCHMARK.read_text().replace("/proc/self/status", str(status)))
+    copy.chmod(0o755)
+    command = ["--dry-run", "--workdir", tmp_path, "--python", stub, "--env-ids", "A-v0", "--workers", 2]
+    result = subprocess.run([copy, *map(str, command)], check=False, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    cores = list(range(len(os.sched_getaffinity(0))))  # what nproc counts, numbered from 0
+    half = len(cores) // 2
+    slots = f"{','.join(map(str, cores[:half]))} {','.join(map(str, cores[half : 2 * half]))}"
+    assert f"{half} core(s) each, pinned to the cores: {slots}" in result.stdout
+
+
 def test_ok_and_failed_runs_pinning_and_threads(tmp_path, stub):
     command = [
         "--workdir", tmp_path, "--python", stub, "--env-ids", "Good-v0,Bad-v0", "--seeds", 2, "--first-seed", 5,
