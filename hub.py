@@ -192,6 +192,8 @@ def download_model(name: str, resume: bool) -> str:
             found = "no .model file" if not models else f"{len(models)} .model files"
             sys.exit(f"error: the Hub repository {name} holds {found} of ppo_continuous_envpool_jax.py")
         local_dir = os.path.join("runs", name.split("/")[1]) if resume else None
+        if local_dir and os.path.exists(local_dir):  # a second download would overwrite what the first has trained
+            sys.exit(f"error: {local_dir} exists (an earlier --resume {name}); continue it with --resume {local_dir}")
         return hf_hub_download(name, models[0], local_dir=local_dir)
     except Exception as error:  # noqa: BLE001 (no such repository, no network, a refused token)
         sys.exit(f"error: {name} is no local path, and no model could be downloaded from the Hub: {first_line(error)}")
