@@ -63,17 +63,13 @@ def first_line(error: BaseException) -> str:
 
 
 def finished_run(run_dir: str) -> tuple[dict, str]:
-    """The summary and model file of a run that ended ok with its model kept and its final evaluation; exits with
-    one line otherwise."""
-    try:
-        with open(os.path.join(run_dir, "summary.json")) as f:
-            summary = json.load(f)
-    except (OSError, ValueError) as error:
-        sys.exit(f"error: {run_dir} holds no run's summary.json: {error}")
+    """The summary and model file of a run that ended ok with its model kept and its final evaluation."""
+    with open(os.path.join(run_dir, "summary.json")) as f:
+        summary = json.load(f)
     model = summary["model"] and os.path.join(run_dir, os.path.basename(summary["model"]))
     last_eval = summary["last_eval"] or {}
     if summary["status"] != "ok" or not model or not os.path.exists(model) or "return_std" not in last_eval:
-        sys.exit(f"error: {run_dir} holds no finished run with its model and final evaluation (--save-model)")
+        raise ValueError(f"{run_dir} holds no run that ended ok with its model and final evaluation (--save-model)")
     return summary, model
 
 

@@ -144,10 +144,10 @@ def hub_env(tmp_path, endpoint, token=TOKEN) -> dict:
     return env
 
 
-def train_and_upload(tmp_path, env):
+def train_and_upload(tmp_path, env, *cli_args):
     return run_script(
         *HOPPER, "--total-timesteps", "2048", "--upload-model", "--hf-entity", "me", "--eval-episodes", "2",
-        "--run-dir", tmp_path / "runs" / "hopper", cwd=tmp_path, env=env,
+        "--run-dir", tmp_path / "runs" / "hopper", *cli_args, cwd=tmp_path, env=env,
     )  # fmt: skip
 
 
@@ -163,7 +163,7 @@ def evaluation_line(stdout: str) -> str:
 
 def test_a_finished_run_is_uploaded_in_one_commit_and_evaluates_from_the_hub_as_from_its_file(hub, tmp_path):
     env = hub_env(tmp_path, hub.endpoint)
-    result = train_and_upload(tmp_path, env)
+    result = train_and_upload(tmp_path, env, "--capture-video")
     assert result.returncode == 0, result.stderr
     run_dir = tmp_path / "runs" / "hopper"
     assert result.stderr.strip() == f"uploaded to {hub.endpoint}/me/{REPO_NAME}"
@@ -173,7 +173,8 @@ def test_a_finished_run_is_uploaded_in_one_commit_and_evaluates_from_the_hub_as_
     ((name, _, files),) = hub.commits
     (events,) = [path.name for path in run_dir.glob("events.out.tfevents.*")]
     expected = {MODEL_NAME, events, "summary.json", "ppo_continuous_envpool_jax.py", "hub.py", "pyproject.toml"}
-    assert name == f"me/{REPO_NAME}" and set(files) == expected | {"uv.lock", "README.md"}
+    assert name == f"me/{REPO_NAME}" and set(files) == expected | {"uv.lock", "README.md", "replay.mp4"}
+    assert files["replay.mp4"] == (tmp_path / "videos" / "hopper" / "eval.mp4").read_bytes()
     for path in expected - {"ppo_continuous_envpool_jax.py", "hub.py", "pyproject.toml"}:
         assert files[path] == (run_dir / path).read_bytes(), path
     for path in ("ppo_continuous_envpool_jax.py", "hub.py", "pyproject.toml", "uv.lock"):
@@ -205,6 +206,12 @@ def test_a_finished_run_is_uploaded_in_one_commit_and_evaluates_from_the_hub_as_
     assert evaluation_line(from_hub.stdout) == evaluation_line(local.stdout)
     cached = list((tmp_path / "hf" / "hub").glob(f"models--me--{REPO_NAME}/snapshots/*/{MODEL_NAME}"))
     assert [path.read_bytes() for path in cached] == [(run_dir / MODEL_NAME).read_bytes()]
+    # Evaluating uploads nothing: the flag is refused there, in one line.
+    refused = run_script("--evaluate", run_dir, "--upload-model", "--hf-entity", "me", cwd=tmp_path, env=env)
+    assert (refused.returncode, refused.stderr.strip()) == (
+        1,
+        "error: --upload-model uploads a training run; it excludes --evaluate",
+    )
 
 
 def test_resuming_a_repository_trains_on_in_a_run_directory_of_its_own(hub, tmp_path):
