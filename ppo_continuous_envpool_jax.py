@@ -25,6 +25,7 @@ import json
 import math
 import os
 import platform
+import re
 import signal
 import sys
 import textwrap
@@ -966,14 +967,20 @@ class Args(PPOArgs):
     """record the first episode of the final evaluation to `videos/{run_name}/eval.mp4` (needs OpenGL: EGL or
     OSMesa)"""
     evaluate: str | None = None
-    """evaluate the model saved at this path instead of training (task and network come from the file)"""
+    """evaluate the model saved at this path (or in this Hub repository, OWNER/NAME) instead of training (task and
+    network come from the file)"""
     list_tasks: bool = False
     """print the --env-id values this script accepts, by family, and exit"""
     resume: str | None = None
-    """continue the run whose model or checkpoint is at this path (the .model file or its run directory): its
-    flags are the defaults, flags given now override them (not --env-id, --hidden-sizes, --norm-obs,
-    --reward-norm, --num-envs, --num-steps, --num-minibatches, --update-epochs; --init-log-std has no effect);
-    a new --total-timesteps reshapes the lr schedule"""
+    """continue the run whose model or checkpoint is at this path (the .model file or its run directory; a Hub
+    repository, OWNER/NAME, downloaded to runs/NAME/): its flags are the defaults, flags given now override them
+    (not --env-id, --hidden-sizes, --norm-obs, --reward-norm, --num-envs, --num-steps, --num-minibatches,
+    --update-epochs; --init-log-std has no effect); a new --total-timesteps reshapes the lr schedule"""
+    upload_model: bool = False
+    """at the end of a run that ends ok, push it to the Hugging Face Hub, `{hf_entity}/{env_id}-{exp_name}-seed{seed}`
+    (hub.py); implies --save-model: the model is what is uploaded, and stays kept where the upload fails"""
+    hf_entity: str | None = None
+    """the Hub user or organisation that --upload-model uploads to"""
     run_dir: str | None = None
     """train in this run directory, which the run then owns (a sweep's runs: benchmark.sh): start it, resume it
     from its checkpoint, or, where it has finished, print its summary and exit; one process at a time"""
@@ -1377,6 +1384,7 @@ class IterationLogger:
             "return": float(evaluation.returns.mean()),
             "success_rate": success_rate,
             "any_step_success_rate": any_step_success_rate,
+            "return_std": float(evaluation.returns.std()),  # the Hub's mean_reward is mean +/- std
         }
 
 
@@ -1565,6 +1573,11 @@ def check_args(args: Args) -> str | None:
     platform, colon, index = args.learner_device.partition(":")
     if args.learner_device != "auto" and not (platform in ("cpu", "gpu", "tpu") and (not colon or index.isdigit())):
         return f"--learner-device must be auto, cpu, gpu or tpu, with :index where given, got {args.learner_device!r}"
+    if args.upload_model:  # hub.py is imported only where a Hub flag is given: the script copied alone trains
+        import hub
+
+        if error := hub.check_args(args):
+            return error
     batch_size = args.num_envs * args.num_steps
     if batch_size % args.num_minibatches:
         return (
@@ -1635,7 +1648,12 @@ def parse_args(cli_args: list[str] | None = None) -> tuple[Args, dict | None]:
         sys.exit(f"error: --run-dir excludes {'--resume' if saved.resume else '--evaluate'}")
     if saved.run_dir and glob.glob(os.path.join(glob.escape(saved.run_dir), "*.model")):
         saved.resume = saved.run_dir  # an earlier attempt's checkpoint: the run goes on from it
-    path = checkpoint_path(saved.resume or saved.evaluate) if saved.resume or saved.evaluate else None
+    path = saved.resume or saved.evaluate
+    if path and not os.path.exists(path) and re.fullmatch(r"[\w.-]+/[\w.-]+", path):  # a Hub repository's model
+        import hub
+
+        path = hub.download_model(path, resume=bool(saved.resume))
+    path = checkpoint_path(path) if path else None
     checkpoint = load_checkpoint(path) if path else None
     if checkpoint is None:
         default = task_defaults(saved.env_id or Args.env_id)
@@ -1691,6 +1709,7 @@ def parse_args(cli_args: list[str] | None = None) -> tuple[Args, dict | None]:
         args.save_model = args.save_model or checkpoint["args"].save_model
     elif saved.evaluate:
         args.evaluate = path
+    args.save_model = args.save_model or args.upload_model
     args.batch_size = args.num_envs * args.num_steps
     args.minibatch_size = args.batch_size // args.num_minibatches
     args.num_iterations = args.total_timesteps // args.batch_size
@@ -1823,6 +1842,10 @@ def run_training(args: Args, checkpoint: dict | None, command: list[str]):
         model = model_path if os.path.exists(model_path) else None
         end_run(run_dir, command, status, detail, args, record, global_step, model)
         signal.signal(signal.SIGTERM, sigterm_handler)
+    if status == "ok" and args.upload_model:  # after summary.json, which it uploads; a failure leaves the run ok
+        import hub
+
+        hub.upload_finished_run(run_dir, args.hf_entity)
     if status == "diverged":
         sys.exit(1)
     if status == "interrupted":
@@ -1894,8 +1917,12 @@ def owned_run_dir(run_dir: str | None):
     if run_dir is None:
         yield
         return
-    os.makedirs(run_dir, exist_ok=True)
-    with open(os.path.join(run_dir, ".lock"), "w") as lock:
+    try:  # a file of that name, or a path that cannot be made (/proc/x/run), is bad input like any other
+        os.makedirs(run_dir, exist_ok=True)
+        lock = open(os.path.join(run_dir, ".lock"), "w")  # noqa: SIM115 (the `with` below closes it)
+    except OSError as error:
+        sys.exit(f"error: --run-dir {run_dir} cannot be a run directory: {error.strerror}")
+    with lock:
         try:
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
