@@ -85,13 +85,15 @@ def test_same_seed_gives_identical_metrics():
     assert len(first["losses/value_loss"]) == 4
 
 
-@pytest.mark.parametrize("reward_norm", ["scale", "return"])
-def test_the_overlapped_loop_logs_each_iteration_as_a_loop_that_waits_for_each_one(reward_norm):
+@pytest.mark.parametrize(("reward_norm", "policy_lag"), [("scale", False), ("return", False), ("scale", True)])
+def test_the_overlapped_loop_logs_each_iteration_as_a_loop_that_waits_for_each_one(reward_norm, policy_lag):
     """train() dispatches an iteration before the previous one has run and logs that one afterwards. Run the
     same pieces one iteration at a time, waiting for each: the same figures must land at the same steps.
-    With --reward-norm return, the return statistics also pass from each recomputation to the next."""
+    With --reward-norm return, the return statistics also pass from each recomputation to the next. The rollout of
+    iteration i acts with the parameters after i - 1 updates, with --policy-lag after i - 2 (the first two with the
+    initial ones); each update starts from the newest."""
     cli_args = ["--env-id", "Hopper-v4", "--total-timesteps", "2048", "--seed", "4", "--reward-norm", reward_norm]
-    cli_args += SMALL
+    cli_args += SMALL + (["--policy-lag"] if policy_lag else [])
     _, logged = train_recorded(ppo.parse_args(cli_args)[0])
 
     args, _ = ppo.parse_args(cli_args)
@@ -106,11 +108,11 @@ def test_the_overlapped_loop_logs_each_iteration_as_a_loop_that_waits_for_each_o
         "charts/learning_rate": [],
         "charts/episodic_return": [],
     }
+    params_after = [train_state.params]  # params_after[k]: after k updates
     for iteration in range(1, args.num_iterations + 1):
         key = jax.random.fold_in(jax.random.PRNGKey(args.seed), iteration)
-        env_state, transitions, batch, stats = jax.block_until_ready(
-            programs.collect(train_state.params, env_state, key)
-        )
+        behaviour = params_after[max(iteration - 1 - policy_lag, 0)]
+        env_state, transitions, batch, stats = jax.block_until_ready(programs.collect(behaviour, env_state, key))
         shuffler = np.random.default_rng((args.seed, iteration))
         return_rms, first_step = env_state.return_rms, train_state.step
         for epoch in range(args.update_epochs):
@@ -120,6 +122,7 @@ def test_the_overlapped_loop_logs_each_iteration_as_a_loop_that_waits_for_each_o
                 programs.update_epoch(train_state, batch, shuffler.permutation(args.batch_size))
             )
         env_state = env_state.replace(return_rms=return_rms)
+        params_after.append(train_state.params)
         step = iteration * args.batch_size
         expected["losses/value_loss"].append((step, float(losses["value_loss"])))
         expected["losses/policy_loss"].append((step, float(losses["policy_loss"])))
