@@ -138,6 +138,8 @@ class PPOArgs:
     """coefficient of the entropy"""
     ent_max_log_std: float | None = None
     """the entropy bonus rewards each dimension's log-std only up to this value (None: without limit)"""
+    rpo_alpha: float = 0.0
+    """RPO: the update sees the policy's mean shifted by noise uniform in [-alpha, alpha] (0: off; CleanRL's RPO: 0.5)"""
     vf_coef: float = 0.25
     """coefficient of the value function"""
     max_grad_norm: float = 0.5
@@ -713,9 +715,11 @@ def explained_variance(value, target, weight):
 # ---------------------------------------------------------------------------------------------------
 
 
-def ppo_loss(params, apply_fn, batch: Batch, args: PPOArgs):
-    """Clipped surrogate + value loss - entropy bonus, averaged over the valid experiences of `batch`."""
+def ppo_loss(params, apply_fn, batch: Batch, mean_noise=None, *, args: PPOArgs):
+    """Clipped surrogate + value loss - entropy bonus, averaged over the valid experiences of `batch`; with
+    --rpo-alpha, of the policy whose mean is shifted by `mean_noise` (RPO keeps it exploring where PPO narrows)."""
     mean, log_std, value = apply_fn(params, batch.obs)
+    mean = mean if mean_noise is None else mean + mean_noise
     log_ratio = gaussian_log_prob(mean, log_std, batch.action) - batch.log_prob
     ratio = jnp.exp(log_ratio)
 
@@ -756,15 +760,16 @@ def ppo_loss(params, apply_fn, batch: Batch, args: PPOArgs):
     return loss, metrics
 
 
-def update_epoch(train_state: TrainState, batch: Batch, permutation, *, args: PPOArgs):
-    """One pass over the batch in minibatches, in the order of `permutation`; returns the minibatch-mean metrics."""
+def update_epoch(train_state: TrainState, batch: Batch, permutation, mean_noise=None, *, args: PPOArgs):
+    """One pass over the batch in minibatches, in the order of `permutation`; returns the minibatch-mean metrics.
+    `mean_noise` (batch_size, act_dim): RPO's shifts of the mean, one an experience (None without --rpo-alpha)."""
     minibatches = jax.tree.map(
-        lambda x: x[permutation].reshape((args.num_minibatches, args.minibatch_size) + x.shape[1:]), batch
+        lambda x: x[permutation].reshape((args.num_minibatches, args.minibatch_size) + x.shape[1:]), (batch, mean_noise)
     )
 
-    def update_minibatch(train_state, minibatch):
-        grads, metrics = jax.grad(ppo_loss, has_aux=True)(train_state.params, train_state.apply_fn, minibatch, args)
-        return train_state.apply_gradients(grads=grads), metrics
+    def update_minibatch(state, minibatch):  # minibatch: (batch, mean_noise)
+        grads, metrics = jax.grad(ppo_loss, has_aux=True)(state.params, state.apply_fn, *minibatch, args=args)
+        return state.apply_gradients(grads=grads), metrics
 
     train_state, metrics = jax.lax.scan(update_minibatch, train_state, minibatches)
     return train_state, jax.tree.map(jnp.mean, metrics)
@@ -857,16 +862,18 @@ def run_iteration(programs: "Programs", state: RunState, collected, iteration: i
     # an epoch (docs/speed.md).
     shuffler = np.random.default_rng((args.seed, iteration))
     permutations = [shuffler.permutation(args.batch_size) for _ in range(args.update_epochs)]
+    alpha, shape = args.rpo_alpha, (args.batch_size, *batch.action.shape[1:])  # RPO's noise, drawn with the shuffles
+    noises = [shuffler.uniform(-alpha, alpha, shape).astype(np.float32) if alpha else None for _ in permutations]
     # The rollout's batch and the epochs' shuffles cross to the learner in one go, once the rollout has ended; the
     # parameters cross back for the next rollout: an iteration's only transfers, none where the learner is the CPU.
-    transitions, batch, last_obs, return_rms, permutations = jax.device_put(
-        (transitions, batch, env_state.obs, env_state.return_rms, permutations), programs.learner
+    transitions, batch, last_obs, return_rms, permutations, noises = jax.device_put(
+        (transitions, batch, env_state.obs, env_state.return_rms, permutations, noises), programs.learner
     )
     train_state = state.train_state
     for epoch in range(args.update_epochs):
         if epoch > 0 and args.recompute_adv:
             batch, return_rms = programs.recompute_batch(train_state.params, transitions, last_obs, return_rms)
-        train_state, losses = programs.update_epoch(train_state, batch, permutations[epoch])
+        train_state, losses = programs.update_epoch(train_state, batch, permutations[epoch], noises[epoch])
         if args.target_kl is not None and float(losses["approx_kl"]) > args.target_kl:
             break
     if args.reward_norm == "return":  # the recomputations refined the return statistics, for the next batch
@@ -1554,6 +1561,7 @@ def check_args(args: Args) -> str | None:
         "max_grad_norm": (lambda x: x > 0, "positive"),
         "ent_coef": (lambda x: 0 <= x < math.inf, "finite and non-negative"),
         "vf_coef": (lambda x: 0 <= x < math.inf, "finite and non-negative"),
+        "rpo_alpha": (lambda x: 0 <= x < math.inf, "finite and non-negative"),
         "init_log_std": (lambda x: -math.inf < x < math.inf, "finite"),
     }
     for name, (valid, requirement) in ranges.items():

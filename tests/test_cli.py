@@ -52,6 +52,7 @@ def test_the_quick_envpool_import_registers_every_mujoco_task():
         (["--learner-device", "tpu:first"], "--learner-device must be auto, cpu, gpu or tpu, with :index where given"),
         (["--learner-device", "cpu:7"], "--learner-device cpu:7: no such device"),
         (["--policy-lag", "--reward-norm", "return"], "--policy-lag excludes --reward-norm return"),
+        (["--rpo-alpha", "-0.5"], "--rpo-alpha must be finite and non-negative, got -0.5"),
         (["--env-id"], "argument --env-id/--env_id: expected one argument"),  # read before tyro
         (["--seed", "1", "--resume"], "argument --resume: expected one argument"),
     ],

@@ -4,6 +4,7 @@ import os
 
 import envpool
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
@@ -85,15 +86,17 @@ def test_same_seed_gives_identical_metrics():
     assert len(first["losses/value_loss"]) == 4
 
 
-@pytest.mark.parametrize(("reward_norm", "policy_lag"), [("scale", False), ("return", False), ("scale", True)])
-def test_the_overlapped_loop_logs_each_iteration_as_a_loop_that_waits_for_each_one(reward_norm, policy_lag):
+@pytest.mark.parametrize(
+    ("reward_norm", "policy_lag", "rpo_alpha"), [("scale", False, 0), ("return", False, 0), ("scale", True, 0.5)]
+)
+def test_the_overlapped_loop_logs_each_iteration_as_a_loop_that_waits_for_each_one(reward_norm, policy_lag, rpo_alpha):
     """train() dispatches an iteration before the previous one has run and logs that one afterwards. Run the
     same pieces one iteration at a time, waiting for each: the same figures must land at the same steps.
     With --reward-norm return, the return statistics also pass from each recomputation to the next. The rollout of
     iteration i acts with the parameters after i - 1 updates, with --policy-lag after i - 2 (the first two with the
-    initial ones); each update starts from the newest."""
+    initial ones); each update starts from the newest. --rpo-alpha's noise is drawn after the epochs' shuffles."""
     cli_args = ["--env-id", "Hopper-v4", "--total-timesteps", "2048", "--seed", "4", "--reward-norm", reward_norm]
-    cli_args += SMALL + (["--policy-lag"] if policy_lag else [])
+    cli_args += SMALL + (["--policy-lag"] if policy_lag else []) + ["--rpo-alpha", str(rpo_alpha)]
     _, logged = train_recorded(ppo.parse_args(cli_args)[0])
 
     args, _ = ppo.parse_args(cli_args)
@@ -114,12 +117,15 @@ def test_the_overlapped_loop_logs_each_iteration_as_a_loop_that_waits_for_each_o
         behaviour = params_after[max(iteration - 1 - policy_lag, 0)]
         env_state, transitions, batch, stats = jax.block_until_ready(programs.collect(behaviour, env_state, key))
         shuffler = np.random.default_rng((args.seed, iteration))
+        permutations = [shuffler.permutation(args.batch_size) for _ in range(args.update_epochs)]
+        noises = [shuffler.uniform(-rpo_alpha, rpo_alpha, (args.batch_size, 3)) for _ in permutations]  # Hopper: 3
         return_rms, first_step = env_state.return_rms, train_state.step
         for epoch in range(args.update_epochs):
             if epoch > 0:
                 batch, return_rms = programs.recompute_batch(train_state.params, transitions, env_state.obs, return_rms)
+            noise = jnp.asarray(noises[epoch], jnp.float32) if rpo_alpha else None
             train_state, losses = jax.block_until_ready(
-                programs.update_epoch(train_state, batch, shuffler.permutation(args.batch_size))
+                programs.update_epoch(train_state, batch, permutations[epoch], noise)
             )
         env_state = env_state.replace(return_rms=return_rms)
         params_after.append(train_state.params)
