@@ -10,8 +10,9 @@ Output contract: the first line on stdout is `run_dir=<path>`, the directory the
 names the family defaults it applied, the third the devices of the rollout and of the learner; then, where
 stdout is not a terminal (on one, a progress bar), one line per iteration, `iteration=I/N global_step=S
 return=R SPS=X` (R is the mean return of the episodes that ended in the iteration, `-` where none did), with
-` eval=E` where the policy was evaluated; the last line, however the run ends, is its summary (`summary: status=ok steps=... final_return=...`), which the run directory also
-keeps as summary.json: what benchmark.sh and report.py read about how a run ended.
+` eval=E` where the policy was evaluated; the last line, however the run ends, is its summary (`summary:
+status=ok steps=... final_return=...`), which the run directory also keeps as summary.json: what benchmark.sh
+and report.py read about how a run ended.
 """
 
 import argparse
@@ -139,7 +140,7 @@ class PPOArgs:
     ent_max_log_std: float | None = None
     """the entropy bonus rewards each dimension's log-std only up to this value (None: without limit)"""
     rpo_alpha: float = 0.0
-    """RPO: the update sees the policy's mean shifted by noise uniform in [-alpha, alpha] (0: off; CleanRL's RPO: 0.5)"""
+    """RPO: the update sees the policy's mean shifted by noise uniform in [-alpha, alpha] (0: off; CleanRL's: 0.5)"""
     vf_coef: float = 0.25
     """coefficient of the value function"""
     max_grad_norm: float = 0.5
