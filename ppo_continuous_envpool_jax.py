@@ -123,8 +123,8 @@ class PPOArgs:
     update_epochs: int = 10
     """the K epochs to update the policy"""
     policy_lag: bool = False
-    """collect each rollout with the parameters from before the previous iteration's update, so that the update
-    runs beside the rollout, not after it (one update of policy lag, as in Sebulba and cleanba)"""
+    """collect each rollout with the parameters from before the previous iteration's update, so that the update runs
+    beside the rollout (one update of policy lag, as in Sebulba and cleanba); learns less on Ant-v4: docs/speed.md"""
     norm_adv: bool = True
     """toggles advantages normalization (per minibatch; on, unlike tianshou: see docs/ablations.md)"""
     recompute_adv: bool = True
@@ -930,14 +930,14 @@ def make_programs(args: PPOArgs, envs, xla_step) -> Programs:
 
 
 def learner_device(name: str) -> jax.Device:
-    """--learner-device as a JAX device (its form is checked by `check_args`)."""
-    if name == "auto":
-        return jax.devices()[0]  # JAX's default backend's: a GPU or TPU where it has one
+    """--learner-device as a JAX device (its form is checked by `check_args`); `auto`: a GPU or TPU where JAX has one.
+    JAX raises where it cannot open a backend (a TPU that another process holds; JAX_PLATFORMS naming one)."""
     platform, _, index = name.partition(":")
     try:
-        return jax.devices(platform)[int(index or 0)]
+        return jax.devices(None if name == "auto" else platform)[int(index or 0)]
     except (RuntimeError, IndexError) as error:
-        sys.exit(f"error: --learner-device {name}: {'no such device' if isinstance(error, IndexError) else error}")
+        reason = "no such device" if isinstance(error, IndexError) else f"{error}; --learner-device cpu runs without it"
+        sys.exit(f"error: --learner-device {name}: {reason}")
 
 
 # ===================================================================================================

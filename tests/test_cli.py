@@ -65,6 +65,17 @@ def test_bad_input_is_one_line_on_stderr_and_a_nonzero_exit(tmp_path, cli_args, 
     assert not (tmp_path / "runs").exists()
 
 
+def test_a_backend_that_jax_cannot_open_is_one_line(tmp_path):
+    """Where JAX_PLATFORMS names a backend that JAX cannot open (on the TPU machine: a chip that another process
+    holds), JAX raises at its first device query, `auto`'s included: one line, before the run starts."""
+    result = run_script(cwd=tmp_path, env={**os.environ, "JAX_PLATFORMS": "nosuch"})
+    assert result.returncode != 0
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith("error: --learner-device auto: Unable to initialize backend 'nosuch'")
+    assert line.endswith("; --learner-device cpu runs without it")
+    assert not (tmp_path / "runs").exists()
+
+
 @pytest.mark.parametrize(
     "command", [[SCRIPT, "--list-tasks"], [SCRIPT, "--help"], [REPORT, "--help"]], ids=["list", "help", "report"]
 )
