@@ -181,17 +181,8 @@ DMC_RECIPE = dict(stagger_episodes=True, init_log_std=0.0, ent_coef=0.01, ent_ma
 # epochs of 8 minibatches at 5e-4, an entropy bonus of 0.0075), its batch of 1,024 environments x 10 steps taken
 # as 64 x 160: a Playground environment holds 18-260 MiB in EnvPool, so gym's 64 is what a 24 GiB machine holds
 # on every task. They found Panda's cube in more seeds than gym's defaults, and earned more on Go1.
-PLAYGROUND_BRAX = dict(
-    num_steps=160,
-    num_minibatches=8,
-    update_epochs=8,
-    learning_rate=5e-4,
-    ent_coef=0.0075,
-    gamma=0.97,
-    hidden_sizes=(256, 256),
-    clip_coef=0.3,
-    max_grad_norm=1.0,
-)
+PLAYGROUND_BRAX = dict(num_steps=160, num_minibatches=8, update_epochs=8, learning_rate=5e-4, ent_coef=0.0075)
+PLAYGROUND_BRAX |= dict(gamma=0.97, hidden_sizes=(256, 256), clip_coef=0.3, max_grad_norm=1.0)
 # MetaWorld: DeepMind Control's recipe for its 500-step episodes, with the Brax settings above (their entropy
 # coefficient in place of the recipe's): with them PPO pushes and picks MetaWorld's puck, which it rarely did.
 FAMILY_DEFAULTS = {
@@ -215,14 +206,8 @@ ENV_OPTIONS = {"metaworld": {"partially_observable": False}}
 
 def make_envs(env_id: str, num_envs: int, num_threads: int, seed: int):
     """EnvPool's MuJoCo batch plus its jit-able XLA step function."""
-    envs = envpool.make(
-        env_id,
-        env_type="gymnasium",
-        num_envs=num_envs,
-        num_threads=num_threads,
-        seed=seed,
-        **ENV_OPTIONS.get(family_name(env_id), {}),
-    )
+    options = ENV_OPTIONS.get(family_name(env_id), {})
+    envs = envpool.make(env_id, env_type="gymnasium", num_envs=num_envs, num_threads=num_threads, seed=seed, **options)
     # The FFI buffers are declared with x64 on: MuJoCo observations, and most tasks' actions, are float64.
     with jax.enable_x64(True):
         handle, _recv, _send, xla_step = envs.xla()
@@ -562,16 +547,7 @@ def rollout_step(params, env_state: EnvState, key, *, env: EnvFunctions, apply_f
     episode_success_steps = jnp.where(is_reset, 0, env_state.episode_success_steps + success)
     done = terminated | truncated
 
-    transition = Transition(
-        obs=env_state.obs,
-        action=action,
-        log_prob=log_prob,
-        value=value,
-        reward=scaled_reward,
-        terminated=terminated,
-        truncated=truncated,
-        is_reset=is_reset,
-    )
+    transition = Transition(env_state.obs, action, log_prob, value, scaled_reward, terminated, truncated, is_reset)
     env_state = EnvState(
         handle=handle,
         obs=next_obs,
@@ -776,6 +752,19 @@ def update_epoch(train_state: TrainState, batch: Batch, permutation, mean_noise=
     return train_state, jax.tree.map(jnp.mean, metrics)
 
 
+def train_epoch(train_state, batch, transitions, last_obs, return_rms, permutations, noises, epoch, *, apply_fn, args):
+    """Epoch `epoch`: `recompute_batch` from the second on with --recompute-adv, then `update_epoch`; one program for
+    every epoch (`epoch` is traced), as each costs an accelerator a dispatch. Returns all that the epoch changed."""
+    batch, return_rms = jax.lax.cond(
+        (epoch > 0) & args.recompute_adv,
+        lambda: recompute_batch(train_state.params, transitions, last_obs, return_rms, apply_fn=apply_fn, args=args),
+        lambda: (batch, return_rms),
+    )
+    mean_noise = None if noises is None else noises[epoch]
+    train_state, losses = update_epoch(train_state, batch, permutations[epoch], mean_noise, args=args)
+    return train_state, losses, batch, return_rms
+
+
 def make_optimizer(args: PPOArgs):
     """Adam after a global grad-norm clip; with --anneal-lr the learning rate decays linearly to 0 over all
     gradient steps."""
@@ -848,7 +837,26 @@ def collect_rollout(programs: "Programs", params, env_state: EnvState, iteration
         return None
     # Keys derive from the iteration, so a resumed run samples its policy noise as the original would.
     key = jax.random.fold_in(jax.random.PRNGKey(args.seed), iteration)
-    return programs.collect(jax.device_put(params, programs.actor), env_state, key)
+    return programs.collect(params_on_actor(programs, params), env_state, key)
+
+
+def params_on_actor(programs: "Programs", params):
+    """`params` brought from the learner to the actor (the CPU) as one array: where a transfer's latency costs more
+    than its bytes (a TPU under gVisor), each of the network's 13 arrays would pay it (docs/speed.md)."""
+    if programs.learner == programs.actor:
+        return params
+    leaves, treedef = jax.tree.flatten(params)
+    flat = jax.device_put(concatenate_leaves(leaves), programs.actor)
+    return jax.tree.unflatten(treedef, split_leaves(flat, tuple(leaf.shape for leaf in leaves)))
+
+
+concatenate_leaves = jax.jit(lambda leaves: jnp.concatenate([leaf.ravel() for leaf in leaves]))
+
+
+@partial(jax.jit, static_argnames="shapes")
+def split_leaves(flat, shapes):
+    parts = jnp.split(flat, np.cumsum([math.prod(shape) for shape in shapes])[:-1])
+    return [part.reshape(shape) for part, shape in zip(parts, shapes)]
 
 
 def run_iteration(programs: "Programs", state: RunState, collected, iteration: int, args: PPOArgs):
@@ -862,19 +870,20 @@ def run_iteration(programs: "Programs", state: RunState, collected, iteration: i
     # Minibatches are shuffled on the host: NumPy's shuffle costs next to nothing, XLA's CPU sort a good part of
     # an epoch (docs/speed.md).
     shuffler = np.random.default_rng((args.seed, iteration))
-    permutations = [shuffler.permutation(args.batch_size) for _ in range(args.update_epochs)]
+    permutations = np.stack([shuffler.permutation(args.batch_size) for _ in range(args.update_epochs)])
     alpha, shape = args.rpo_alpha, (args.batch_size, *batch.action.shape[1:])  # RPO's noise, drawn with the shuffles
-    noises = [shuffler.uniform(-alpha, alpha, shape).astype(np.float32) if alpha else None for _ in permutations]
-    # The rollout's batch and the epochs' shuffles cross to the learner in one go, once the rollout has ended; the
-    # parameters cross back for the next rollout: an iteration's only transfers, none where the learner is the CPU.
+    noises = [shuffler.uniform(-alpha, alpha, shape).astype(np.float32) for _ in permutations] if alpha else None
+    noises = None if noises is None else np.stack(noises)
+    # The rollout's batch and the epochs' shuffles cross to the learner once the rollout has ended, the parameters
+    # back for the next rollout, each in as few arrays as it can (each array pays a transfer's latency); none on a CPU.
     transitions, batch, last_obs, return_rms, permutations, noises = jax.device_put(
         (transitions, batch, env_state.obs, env_state.return_rms, permutations, noises), programs.learner
     )
     train_state = state.train_state
     for epoch in range(args.update_epochs):
-        if epoch > 0 and args.recompute_adv:
-            batch, return_rms = programs.recompute_batch(train_state.params, transitions, last_obs, return_rms)
-        train_state, losses = programs.update_epoch(train_state, batch, permutations[epoch], noises[epoch])
+        train_state, losses, batch, return_rms = programs.train_epoch(
+            train_state, batch, transitions, last_obs, return_rms, permutations, noises, epoch
+        )
         if args.target_kl is not None and float(losses["approx_kl"]) > args.target_kl:
             break
     if args.reward_norm == "return":  # the recomputations refined the return statistics, for the next batch
@@ -893,8 +902,7 @@ class Programs(NamedTuple):
 
     init_states: Callable  # (handle, start, statistics) -> (env_state, train_state)
     collect: Callable  # (params, env_state, key) -> (env_state, transitions, batch, stats)
-    recompute_batch: Callable  # (params, transitions, last_obs, return_rms) -> (batch, return_rms)
-    update_epoch: Callable  # (train_state, batch, permutation) -> (train_state, losses)
+    train_epoch: Callable  # (train_state, batch, transitions, last_obs, return_rms, permutations, noises, epoch)
     summarize: Callable  # (train_state, first_step) -> (which parameters are finite, the rate at first_step)
     actor: jax.Device
     learner: jax.Device
@@ -921,8 +929,7 @@ def make_programs(args: PPOArgs, envs, xla_step) -> Programs:
     return Programs(
         init_states=jax.jit(init_states),
         collect=jax.jit(partial(collect, env=env, apply_fn=network.apply, args=args)),
-        recompute_batch=jax.jit(partial(recompute_batch, apply_fn=network.apply, args=args)),
-        update_epoch=jax.jit(partial(update_epoch, args=args)),
+        train_epoch=jax.jit(partial(train_epoch, apply_fn=network.apply, args=args)),
         summarize=jax.jit(summarize),
         actor=jax.devices("cpu")[0],
         learner=learner_device(args.learner_device),
@@ -1543,26 +1550,19 @@ def task_listing() -> str:
 def check_args(args: Args) -> str | None:
     """Return a one-line description of what is wrong with `args`, or None."""
     # Written so that NaN fails every check: each comparison with NaN is False.
+    positive = (lambda x: x > 0, "positive")
     ranges = {
         "seed": (lambda x: 0 <= x < 2**31, "in [0, 2**31 - 1] (EnvPool's seeds are int32)"),
-        "total_timesteps": (lambda x: x > 0, "positive"),
-        "num_envs": (lambda x: x > 0, "positive"),
-        "num_steps": (lambda x: x > 0, "positive"),
-        "num_minibatches": (lambda x: x > 0, "positive"),
-        "update_epochs": (lambda x: x > 0, "positive"),
-        "eval_episodes": (lambda x: x > 0, "positive"),
+        **dict.fromkeys(["total_timesteps", "num_envs", "num_steps", "num_minibatches", "update_epochs"], positive),
+        "eval_episodes": positive,
         "num_threads": (lambda x: x >= 0, "0 (automatic) or positive"),
         "eval_every": (lambda x: x >= 0, "0 (off) or positive"),
         "checkpoint_every_seconds": (lambda x: 0 <= x < math.inf, "0 (off) or finite and positive"),
-        "learning_rate": (lambda x: 0 < x < math.inf, "finite and positive"),
-        "adam_eps": (lambda x: 0 < x < math.inf, "finite and positive"),
+        **dict.fromkeys(["learning_rate", "adam_eps"], (lambda x: 0 < x < math.inf, "finite and positive")),
         "gamma": (lambda x: 0 < x <= 1, "in (0, 1]"),
         "gae_lambda": (lambda x: 0 <= x <= 1, "in [0, 1]"),
-        "clip_coef": (lambda x: x > 0, "positive"),
-        "max_grad_norm": (lambda x: x > 0, "positive"),
-        "ent_coef": (lambda x: 0 <= x < math.inf, "finite and non-negative"),
-        "vf_coef": (lambda x: 0 <= x < math.inf, "finite and non-negative"),
-        "rpo_alpha": (lambda x: 0 <= x < math.inf, "finite and non-negative"),
+        **dict.fromkeys(["clip_coef", "max_grad_norm"], positive),
+        **dict.fromkeys(["ent_coef", "vf_coef", "rpo_alpha"], (lambda x: 0 <= x < math.inf, "finite and non-negative")),
         "init_log_std": (lambda x: -math.inf < x < math.inf, "finite"),
     }
     for name, (valid, requirement) in ranges.items():
@@ -1629,10 +1629,8 @@ def family_defaults_line(args: Args) -> str:
             continue
         if isinstance(value, bool):
             flags.append(f"--{flag}" if value else f"--no-{flag}")
-        elif isinstance(value, tuple):
-            flags.append(f"--{flag} {' '.join(map(str, value))}")
         else:
-            flags.append(f"--{flag} {value}")
+            flags.append(f"--{flag} {' '.join(map(str, value)) if isinstance(value, tuple) else value}")
     return f"family={family} defaults: {' '.join(flags) or 'none (each overridden)'}"
 
 
@@ -1690,11 +1688,9 @@ def parse_args(cli_args: list[str] | None = None) -> tuple[Args, dict | None]:
         if saved.resume:
             fixed += ("reward_norm", "num_envs", "num_steps", "num_minibatches", "update_epochs")
         for name in fixed:
-            if getattr(args, name) != getattr(saved_args, name):
-                error = (
-                    f"--{name.replace('_', '-')} {getattr(args, name)} differs from the saved model's "
-                    f"{getattr(saved_args, name)}"
-                )
+            given, kept = getattr(args, name), getattr(saved_args, name)
+            if given != kept:
+                error = f"--{name.replace('_', '-')} {given} differs from the saved model's {kept}"
         # Training runs whole batches, so a total less than a batch beyond the saved step would run none.
         batch_size = args.num_envs * args.num_steps
         if saved.resume and error is None and args.total_timesteps < checkpoint["global_step"] + batch_size:

@@ -26,6 +26,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from functools import partial
 
 PROCESS_START = time.perf_counter()
 
@@ -75,6 +76,9 @@ def phase_milliseconds(args: ppo.Args, iterations: int) -> dict[str, float]:
     programs = ppo.make_programs(args, envs, xla_step)
     train_state, env_state, _ = ppo.initial_state(programs, handle, ppo.reset_start(envs), None)
     params = jax.device_put(train_state.params, programs.actor)
+    # The two halves of the loop's train_epoch program, timed apart.
+    recompute_batch = jax.jit(partial(ppo.recompute_batch, apply_fn=train_state.apply_fn, args=args))
+    update_epoch = jax.jit(partial(ppo.update_epoch, args=args))
     shuffler = np.random.default_rng(args.seed)
     phases = ("rollout and first batch", "batch to the learner", "update epoch", "advantage recomputation")
     seconds = {phase: [] for phase in (*phases, "parameters back")}
@@ -98,17 +102,17 @@ def phase_milliseconds(args: ppo.Args, iterations: int) -> dict[str, float]:
             if epoch > 0 and args.recompute_adv:
                 batch, return_rms = timed(
                     "advantage recomputation",
-                    programs.recompute_batch,
+                    recompute_batch,
                     train_state.params,
                     transitions,
                     last_obs,
                     return_rms,
                 )
             train_state, _ = timed(
-                "update epoch", programs.update_epoch, train_state, batch, shuffler.permutation(args.batch_size)
+                "update epoch", update_epoch, train_state, batch, shuffler.permutation(args.batch_size)
             )
         env_state = env_state.replace(return_rms=jax.device_put(return_rms, programs.actor))
-        params = timed("parameters back", jax.device_put, train_state.params, programs.actor)
+        params = timed("parameters back", ppo.params_on_actor, programs, train_state.params)
     # The first call of each compiled it.
     return {phase: 1e3 * statistics.median(values[1:]) for phase, values in seconds.items() if len(values) > 1}
 
