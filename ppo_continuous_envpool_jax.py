@@ -872,8 +872,8 @@ def run_iteration(programs: "Programs", state: RunState, collected, iteration: i
     shuffler = np.random.default_rng((args.seed, iteration))
     permutations = np.stack([shuffler.permutation(args.batch_size) for _ in range(args.update_epochs)])
     alpha, shape = args.rpo_alpha, (args.batch_size, *batch.action.shape[1:])  # RPO's noise, drawn with the shuffles
-    noises = [shuffler.uniform(-alpha, alpha, shape).astype(np.float32) for _ in permutations] if alpha else None
-    noises = None if noises is None else np.stack(noises)
+    draws = [shuffler.uniform(-alpha, alpha, shape).astype(np.float32) for _ in permutations if alpha]
+    noises = np.stack(draws) if alpha else None
     # The rollout's batch and the epochs' shuffles cross to the learner once the rollout has ended, the parameters
     # back for the next rollout, each in as few arrays as it can (each array pays a transfer's latency); none on a CPU.
     transitions, batch, last_obs, return_rms, permutations, noises = jax.device_put(
