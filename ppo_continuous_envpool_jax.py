@@ -755,11 +755,14 @@ def update_epoch(train_state: TrainState, batch: Batch, permutation, mean_noise=
 def train_epoch(train_state, batch, transitions, last_obs, return_rms, permutations, noises, epoch, *, apply_fn, args):
     """Epoch `epoch`: `recompute_batch` from the second on with --recompute-adv, then `update_epoch`; one program for
     every epoch (`epoch` is traced), as each costs an accelerator a dispatch. Returns all that the epoch changed."""
-    batch, return_rms = jax.lax.cond(
-        (epoch > 0) & args.recompute_adv,
-        lambda: recompute_batch(train_state.params, transitions, last_obs, return_rms, apply_fn=apply_fn, args=args),
-        lambda: (batch, return_rms),
-    )
+    if args.recompute_adv:
+        batch, return_rms = jax.lax.cond(
+            epoch > 0,
+            lambda: recompute_batch(
+                train_state.params, transitions, last_obs, return_rms, apply_fn=apply_fn, args=args
+            ),
+            lambda: (batch, return_rms),
+        )
     mean_noise = None if noises is None else noises[epoch]
     train_state, losses = update_epoch(train_state, batch, permutations[epoch], mean_noise, args=args)
     return train_state, losses, batch, return_rms
@@ -842,7 +845,7 @@ def collect_rollout(programs: "Programs", params, env_state: EnvState, iteration
 
 def params_on_actor(programs: "Programs", params):
     """`params` brought from the learner to the actor (the CPU) as one array: where a transfer's latency costs more
-    than its bytes (a TPU under gVisor), each of the network's 13 arrays would pay it (docs/speed.md)."""
+    than its bytes (a TPU under gVisor), each of the network's arrays (13 with two hidden layers) would pay it."""
     if programs.learner == programs.actor:
         return params
     leaves, treedef = jax.tree.flatten(params)
@@ -872,10 +875,11 @@ def run_iteration(programs: "Programs", state: RunState, collected, iteration: i
     shuffler = np.random.default_rng((args.seed, iteration))
     permutations = np.stack([shuffler.permutation(args.batch_size) for _ in range(args.update_epochs)])
     alpha, shape = args.rpo_alpha, (args.batch_size, *batch.action.shape[1:])  # RPO's noise, drawn with the shuffles
-    draws = [shuffler.uniform(-alpha, alpha, shape).astype(np.float32) for _ in permutations if alpha]
-    noises = np.stack(draws) if alpha else None
+    noises = None
+    if alpha:
+        noises = np.stack([shuffler.uniform(-alpha, alpha, shape).astype(np.float32) for _ in permutations])
     # The rollout's batch and the epochs' shuffles cross to the learner once the rollout has ended, the parameters
-    # back for the next rollout, each in as few arrays as it can (each array pays a transfer's latency); none on a CPU.
+    # back for the next rollout (the shuffles, the parameters one array each: each array pays a transfer's latency).
     transitions, batch, last_obs, return_rms, permutations, noises = jax.device_put(
         (transitions, batch, env_state.obs, env_state.return_rms, permutations, noises), programs.learner
     )

@@ -105,7 +105,7 @@ def test_the_overlapped_loop_logs_each_iteration_as_a_loop_that_waits_for_each_o
     programs = ppo.make_programs(args, envs, xla_step)
     env_state, train_state = programs.init_states(handle, ppo.reset_start(envs), {})
     learning_rate = ppo.make_optimizer(args)[1]
-    # The loop's train_epoch program in its two pieces, each compiled on its own
+    # The loop's train_epoch program in its two pieces, each compiled on its own.
     recompute_batch = jax.jit(partial(ppo.recompute_batch, apply_fn=train_state.apply_fn, args=args))
     update_epoch = jax.jit(partial(ppo.update_epoch, args=args))
     expected = {
