@@ -777,8 +777,7 @@ def make_optimizer(args: PPOArgs):
     else:
         learning_rate = optax.constant_schedule(args.learning_rate)
     optimizer = optax.chain(optax.clip_by_global_norm(args.max_grad_norm), optax.adam(learning_rate, eps=args.adam_eps))
-    # On one concatenated vector instead of one small array per weight and bias: the same arithmetic in a
-    # few large XLA kernels.
+    # On one concatenated vector, not one small array per weight and bias: the same arithmetic, few XLA kernels.
     return optax.flatten(optimizer), learning_rate
 
 
@@ -884,7 +883,7 @@ def run_iteration(programs: "Programs", state: RunState, collected, iteration: i
         (transitions, batch, env_state.obs, env_state.return_rms, permutations, noises), programs.learner
     )
     train_state = state.train_state
-    for epoch in range(args.update_epochs):
+    for epoch in programs.epochs:
         train_state, losses, batch, return_rms = programs.train_epoch(
             train_state, batch, transitions, last_obs, return_rms, permutations, noises, epoch
         )
@@ -908,6 +907,7 @@ class Programs(NamedTuple):
     collect: Callable  # (params, env_state, key) -> (env_state, transitions, batch, stats)
     train_epoch: Callable  # (train_state, batch, transitions, last_obs, return_rms, permutations, noises, epoch)
     summarize: Callable  # (train_state, first_step) -> (which parameters are finite, the rate at first_step)
+    epochs: list  # the epoch indices 0, 1, ..., on the learner once: a Python int would cross to it at every call
     actor: jax.Device
     learner: jax.Device
 
@@ -930,13 +930,15 @@ def make_programs(args: PPOArgs, envs, xla_step) -> Programs:
         # The rate of the iteration's first gradient step, as CleanRL logs the rate its iteration used.
         return jax.tree.map(lambda x: jnp.isfinite(x).all(), train_state.params), learning_rate(first_step)
 
+    learner = learner_device(args.learner_device)
     return Programs(
         init_states=jax.jit(init_states),
         collect=jax.jit(partial(collect, env=env, apply_fn=network.apply, args=args)),
         train_epoch=jax.jit(partial(train_epoch, apply_fn=network.apply, args=args)),
         summarize=jax.jit(summarize),
+        epochs=jax.device_put(list(range(args.update_epochs)), learner),
         actor=jax.devices("cpu")[0],
-        learner=learner_device(args.learner_device),
+        learner=learner,
     )
 
 
