@@ -77,11 +77,11 @@ for name, make in [("EnvPool", envpool_episode)] + ([("Meta-World", metaworld_ep
             # reward forever, as a truncated episode is: what PPO's value and advantages see at each discount.
             values = [
                 sum(r * gamma**t for t, r in enumerate(rewards[20:])) + rewards[-1] * gamma**480 / (1 - gamma)
-                for gamma in (0.97, 0.99)
+                for gamma in (0.97, 0.99, 0.995)
             ]
             print(
                 f"{name:10s} {policy:8s} seed {seed}: return {sum(rewards):7.1f}, first success at step {first}, "
                 f"reward a step from 20 to then {np.mean(before):.2f}, last 100 steps {np.mean(rewards[-100:]):.2f}, "
-                f"handle z at the end {handle_z:.3f}, discounted from step 20 at 0.97 / 0.99: "
-                f"{values[0]:.0f} / {values[1]:.0f}"
+                f"handle z at the end {handle_z:.3f}, discounted from step 20 at 0.97 / 0.99 / 0.995: "
+                f"{values[0]:.0f} / {values[1]:.0f} / {values[2]:.0f}"
             )
