@@ -140,7 +140,8 @@ class PPOArgs:
     ent_max_log_std: float | None = None
     """the entropy bonus rewards each dimension's log-std only up to this value (None: without limit)"""
     rpo_alpha: float = 0.0
-    """RPO: the update sees the policy's mean shifted by noise uniform in [-alpha, alpha] (0: off; CleanRL's: 0.5)"""
+    """RPO: the update sees the policy's mean shifted by noise uniform in [-alpha, alpha] (0: off; CleanRL's: 0.5);
+    as in CleanRL, approx_kl and clipfrac are then the shifted policy's"""
     vf_coef: float = 0.25
     """coefficient of the value function"""
     max_grad_norm: float = 0.5
@@ -1578,6 +1579,8 @@ def check_args(args: Args) -> str | None:
         return f"--ent-max-log-std must be finite where given, got {args.ent_max_log_std}"
     if args.target_kl is not None and not args.target_kl > 0:
         return f"--target-kl must be positive where given, got {args.target_kl}"
+    if args.target_kl is not None and args.rpo_alpha > 0:  # it would stop at the noise's KL, not the update's
+        return "--target-kl excludes --rpo-alpha: the KL it reads holds RPO's random shift of the mean"
     # It names the run directory and the model file, which --resume and --evaluate find by a *.model glob.
     if not args.exp_name or "/" in args.exp_name or args.exp_name.startswith("."):
         return f"--exp-name must be a file name, not empty and without '/' or a leading '.', got {args.exp_name!r}"
@@ -1599,8 +1602,12 @@ def check_args(args: Args) -> str | None:
             f"--num-minibatches {args.num_minibatches} does not divide the batch of "
             f"--num-envs {args.num_envs} x --num-steps {args.num_steps} = {batch_size}"
         )
+    if args.norm_adv and batch_size // args.num_minibatches < 2:  # a lone sample's normalised advantage is 0
+        return f"--norm-adv needs minibatches of 2 or more samples: give fewer than {args.num_minibatches} minibatches"
     if args.total_timesteps < batch_size and not args.evaluate:  # evaluating trains nothing
         return f"--total-timesteps {args.total_timesteps} is less than one batch ({batch_size} steps)"
+    if args.total_timesteps // batch_size * args.update_epochs * args.num_minibatches >= 2**31:
+        return f"--total-timesteps {args.total_timesteps} needs 2**31 or more gradient steps (optax counts in int32)"
     if args.env_id not in envpool.list_all_envs():
         register_every_family()  # to say why another family's task cannot be trained
     if args.env_id not in envpool.list_all_envs():
@@ -1697,13 +1704,13 @@ def parse_args(cli_args: list[str] | None = None) -> tuple[Args, dict | None]:
             given, kept = getattr(args, name), getattr(saved_args, name)
             if given != kept:
                 error = f"--{name.replace('_', '-')} {given} differs from the saved model's {kept}"
-        # Training runs whole batches, so a total less than a batch beyond the saved step would run none.
-        batch_size = args.num_envs * args.num_steps
-        if saved.resume and error is None and args.total_timesteps < checkpoint["global_step"] + batch_size:
+        # Training runs whole batches. A run saved at its last step (stopped in its final evaluation) resumes to
+        # end as it would have: no iteration, then the final save, evaluation and summary.
+        batch_size, saved_step = args.num_envs * args.num_steps, checkpoint["global_step"]
+        if saved.resume and error is None and args.total_timesteps // batch_size * batch_size < saved_step:
             error = (
-                f"--total-timesteps {args.total_timesteps} is not beyond the saved run's "
-                f"{checkpoint['global_step']} steps by a whole batch ({batch_size}); give at least "
-                f"{checkpoint['global_step'] + batch_size} to continue it"
+                f"--total-timesteps {args.total_timesteps} is less than the saved run's {saved_step} steps "
+                f"(in whole batches of {batch_size}); give {saved_step + batch_size} to continue it"
             )
     if error:
         sys.exit(f"error: {error}")
@@ -1728,9 +1735,9 @@ def parse_args(cli_args: list[str] | None = None) -> tuple[Args, dict | None]:
 
 
 def xla_cpu_threads(args: Args) -> int:
-    """XLA's CPU threads: one, unless the matrix products on the CPU are large (those of the rollout's policy, and
-    of the update's minibatches where the learner is the CPU), then as many as the run's cores (--num-threads, else
-    the usable cores). Splitting a small product over cores costs more in hand-offs than it gains (gym's 64-64
+    """XLA's CPU threads: one, unless the matrix products are large (the rollout's policy's, and the minibatches'
+    on any learner: this is decided before JAX finds its devices), then as many as the run's cores (--num-threads,
+    else the usable cores). Splitting a small product over cores costs more in hand-offs than it gains (gym's 64-64
     networks run slower on 2 or 12 threads); a 256-256 network's minibatches of 1,280 run twice as fast on 2
     (docs/speed.md). It decides the floats' rounding, so a run's numbers depend on it."""
     rows = max(args.num_envs, args.num_envs * args.num_steps // args.num_minibatches)

@@ -240,6 +240,25 @@ def test_a_kept_model_resumed_without_save_model_stays_kept_and_ends_as_the_fina
         assert checkpoint["global_step"] == total and checkpoint["args"].save_model
 
 
+@pytest.mark.parametrize("total", [4096, 4600])  # 4600: 504 steps more, less than a batch of 8 x 64
+def test_a_run_stopped_after_its_last_iteration_resumes_to_its_end(saved_run, tmp_path, total):
+    """A run killed in its final evaluation leaves its model at the last step and no result: the same command
+    again ends it (no iteration, then the final evaluation and the summary)."""
+    run_dir = tmp_path / "runs" / saved_run[0].name
+    shutil.copytree(saved_run[0], run_dir)
+    (run_dir / "summary.json").unlink()
+    result = run_script("--resume", f"runs/{run_dir.name}", "--total-timesteps", str(total), cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "iteration=" not in result.stdout
+    summary = json.loads((run_dir / "summary.json").read_text())
+    uninterrupted = json.loads((saved_run[0] / "summary.json").read_text())
+    assert summary["status"] == "ok" and summary["global_step"] == 4096
+    assert summary["final_return"] == uninterrupted["final_return"]
+    # The same policy on the same episodes; as at every resume, the restarted environments' first observations
+    # update the observation statistics a little.
+    assert summary["last_eval"]["return"] == pytest.approx(uninterrupted["last_eval"]["return"], rel=1e-2)
+
+
 def test_resume_of_a_directory_without_a_model_is_one_line(tmp_path):
     result = run_script("--resume", str(tmp_path), cwd=tmp_path)
     assert result.returncode != 0
@@ -258,14 +277,12 @@ def test_resume_refuses_a_different_task(saved_run, tmp_path):
     [
         (["--num-envs", "16"], "--num-envs 16 differs from the saved model's 8"),
         (["--num-minibatches", "2"], "--num-minibatches 2 differs from the saved model's 4"),
-        (["--total-timesteps", "4096"], "--total-timesteps 4096 is not beyond the saved run's 4096 steps"),
-        # 504 steps more, less than a batch of 8 x 64: no iteration would run
-        (["--total-timesteps", "4600"], "--total-timesteps 4600 is not beyond the saved run's 4096 steps by a whole"),
+        (["--total-timesteps", "4000"], "--total-timesteps 4000 is less than the saved run's 4096 steps"),
     ],
 )
-def test_resume_refuses_another_batch_and_a_total_already_reached(saved_run, flags, message):
+def test_resume_refuses_another_batch_and_a_total_already_passed(saved_run, flags, message):
     """The learning-rate schedule counts gradient steps and the iteration keys count batches: both must
-    mean what they meant when the run was saved, and there must be steps left to run."""
+    mean what they meant when the run was saved, and a run cannot go back."""
     run_dir, _ = saved_run
     with pytest.raises(SystemExit) as exit_info:
         ppo.parse_args(["--resume", str(run_dir), *flags])

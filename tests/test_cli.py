@@ -1,10 +1,12 @@
 """The command line: bad input is one line and a non-zero exit, the ranges of the flags, the quick EnvPool import."""
 
+import dataclasses
 import os
 import signal
 import subprocess
 import sys
 
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -53,6 +55,11 @@ def test_the_quick_envpool_import_registers_every_mujoco_task():
         (["--learner-device", "cpu:7"], "--learner-device cpu:7: no such device"),
         (["--policy-lag", "--reward-norm", "return"], "--policy-lag excludes --reward-norm return"),
         (["--rpo-alpha", "-0.5"], "--rpo-alpha must be finite and non-negative, got -0.5"),
+        (["--rpo-alpha", "0.5", "--target-kl", "0.01"], "--target-kl excludes --rpo-alpha"),
+        # 1 x 32 steps in 32 minibatches: samples alone, each advantage normalised to 0
+        (["--num-envs", "1"], "--norm-adv needs minibatches of 2 or more samples: give fewer than 32 minibatches"),
+        # 9,765,625 iterations x 10 epochs x 32 minibatches of gym's defaults
+        (["--total-timesteps", "20000000000"], "--total-timesteps 20000000000 needs 2**31 or more gradient steps"),
         (["--env-id"], "argument --env-id/--env_id: expected one argument"),  # read before tyro
         (["--seed", "1", "--resume"], "argument --resume: expected one argument"),
     ],
@@ -137,7 +144,22 @@ def test_out_of_range_hyperparameters_are_refused_with_the_allowed_range(flag, v
         ["--init-log-std", "-3", "--target-kl", "0.01", "--num-threads", "0"],
         ["--seed", "0"],
         ["--seed", "2147483647", "--exp-name", "a.b"],
+        ["--num-envs", "1", "--no-norm-adv"],
     ],
 )
 def test_the_edges_of_each_range_are_accepted(cli_args):
     ppo.parse_args(cli_args)
+
+
+def test_the_bound_on_gradient_steps_is_optaxs_int32():
+    """--anneal-lr's schedule counts gradient steps in int32: the most iterations it holds (320 gradient steps
+    each at 2 x 32 steps) are accepted and their schedule runs; one more is refused, and would fail in optax."""
+    most = 2**31 // 320
+    accepted, _ = ppo.parse_args(["--num-envs", "2", "--total-timesteps", str(most * 64)])
+    assert accepted.num_iterations == most
+    ppo.make_optimizer(accepted)[1](jnp.int32(0))
+    with pytest.raises(SystemExit) as exit_info:
+        ppo.parse_args(["--num-envs", "2", "--total-timesteps", str((most + 1) * 64)])
+    assert "needs 2**31 or more gradient steps" in exit_info.value.code
+    with pytest.raises(OverflowError):
+        ppo.make_optimizer(dataclasses.replace(accepted, num_iterations=most + 1))[1](jnp.int32(0))
