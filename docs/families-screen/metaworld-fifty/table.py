@@ -1,6 +1,7 @@
-"""Issue 57's fifty-task table: each run's summary.json (exp name mw50-1m, seed 1) beside TD-MPC2's SAC.
+"""Issue 57's fifty-task table: each run's summary.json (exp name EXP, default mw50-1m; seed 1) beside TD-MPC2's
+SAC; the tasks without a run of EXP that ended are left out, and counted.
 
-    uv run python docs/families-screen/metaworld-fifty/table.py RUNS_DIR TDMPC2_RESULTS_SAC_DIR
+    uv run python docs/families-screen/metaworld-fifty/table.py RUNS_DIR TDMPC2_RESULTS_SAC_DIR [EXP]
 
 TDMPC2_RESULTS_SAC_DIR: results/sac of github.com/nicklashansen/tdmpc2 (mw-*.csv: step, success, one row a seed and
 evaluation). TD-MPC2 repeats each action twice, so its 500k steps are our 1M MuJoCo steps."""
@@ -13,6 +14,7 @@ import re
 import sys
 
 runs, sac_dir = map(pathlib.Path, sys.argv[1:3])
+exp = sys.argv[3] if len(sys.argv) > 3 else "mw50-1m"
 tasks = (pathlib.Path(__file__).parents[1] / "metaworld-scripted" / "tasks.txt").read_text().split()
 
 
@@ -30,10 +32,14 @@ def sac(task: str, upto: int = 500_000) -> tuple[float, float]:
 print("| task | last step | any step | evaluation | SAC | SAC, best | |\n|---|---:|---:|---:|---:|---:|---|")
 verdicts, sac_solved = collections.Counter(), 0
 for task in tasks:
-    summary = json.loads((runs / f"{task.replace('/', '-')}__mw50-1m__1" / "summary.json").read_text())
+    path = runs / f"{task.replace('/', '-')}__{exp}__1" / "summary.json"
+    if not path.exists() or json.loads(path.read_text())["status"] != "ok":
+        verdicts["not run"] += 1
+        continue
+    summary = json.loads(path.read_text())
     last, any_step = summary["final_success"], summary["final_any_step_success"]
     at, best = sac(task)
-    sac_solved += at >= 0.9
+    sac_solved += at >= 0.9  # of the tasks run
     verdict = "solved" if any_step >= 0.9 else "never" if any_step == 0 else "partial"
     verdicts[verdict] += 1
     evaluation = summary["last_eval"]["success_rate"]
