@@ -185,7 +185,7 @@ run_command() {
 }
 
 # summary plan|table: how each run stands: its summary.json's status, else "running" (its lock is held),
-# "no-summary" (it ended without writing one: killed) or "not-run". `plan` prints the
+# "no-summary" (it ended without writing one: killed), "bad-summary" (damaged) or "not-run". `plan` prints the
 # runs that have not ended; `table` the sweep's summary, and exits 0 when every run is ok, else 1.
 read -r -d '' summary_py <<'EOF' || true
 import fcntl, json, sys
@@ -195,7 +195,13 @@ def state(run_dir):
     try:
         with open(run_dir / ".lock", "a") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        return json.loads((run_dir / "summary.json").read_text())
+        summary = json.loads((run_dir / "summary.json").read_text())
+        if not isinstance(summary, dict):
+            raise ValueError("not a JSON object")
+        return summary
+    except ValueError as error:  # damaged: the training script refuses it too, and says so in output.log
+        detail = f"its summary.json cannot be read ({error}); remove it to train the run again"
+        return {"status": "bad-summary", "detail": detail}
     except BlockingIOError:
         return {"status": "running"}
     except FileNotFoundError:  # no run directory, or no summary.json in it

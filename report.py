@@ -359,6 +359,10 @@ def parse_args(argv=None) -> ReportArgs:
         ),
         (args.grid_points < 2, f"--grid-points must be at least 2, got {args.grid_points}"),
         (args.bootstrap_reps < 1, f"--bootstrap-reps must be positive, got {args.bootstrap_reps}"),
+        (
+            not 0 <= args.bootstrap_seed < 2**32,
+            f"--bootstrap-seed must be in [0, 2**32 - 1] (NumPy's seeds), got {args.bootstrap_seed}",
+        ),
         *((not path.is_file(), f"finals CSV not found: {path}") for path in args.finals),
         (not args.finals and not args.runs_dir.is_dir(), f"runs directory not found: {args.runs_dir}"),
         (args.out_dir.exists() and not args.out_dir.is_dir(), f"--out-dir {args.out_dir} is a file, not a directory"),
@@ -414,7 +418,12 @@ def find_run_dirs(runs_dir: Path, args: ReportArgs) -> list[tuple[dict, Path]]:
             continue
         info = match.groupdict()
         summary_path = path / "summary.json"
-        info["summary"] = json.loads(summary_path.read_text()) if summary_path.is_file() else {}
+        try:
+            info["summary"] = json.loads(summary_path.read_text()) if summary_path.is_file() else {}
+        except ValueError as error:  # written by the training script as a whole file: damaged since
+            raise BadInput(f"{summary_path} cannot be read ({error}); remove it, or the run") from None
+        if not isinstance(info["summary"], dict):
+            raise BadInput(f"{summary_path} holds no JSON object")
         # A run refused before it began has a summary without its task, name or seed: the directory's then.
         info["exp_name"] = info["summary"].get("exp_name") or info["exp_name"]
         info["seed"] = int(info["summary"].get("seed") or info["seed"])
@@ -911,8 +920,8 @@ def number(cell: str) -> float:
 
 
 def read_finals(path: Path, args: ReportArgs) -> list[Final]:
-    """The included runs of a per-run CSV that pass the filters; rows of another `status` are skipped (a
-    diverged one with a line on stderr)."""
+    """The included runs of a per-run CSV that pass the filters (status included or ok, or none); rows of
+    another `status` are skipped (a diverged one with a line on stderr), of an unknown one refused."""
     required = ["env_id", "exp_name", "seed", "final_return"]
     try:
         with open(path, newline="") as f:
@@ -927,7 +936,11 @@ def read_finals(path: Path, args: ReportArgs) -> list[Final]:
     for line, row in enumerate(rows, start=2):  # line 1 is the header
         if any(row[column] is None for column in required):  # DictReader fills a short row's cells with None
             raise BadInput(f"{path}, line {line}: fewer cells than the header has columns")
-        status = row.get("status", INCLUDED)
+        status = row.get("status") or INCLUDED
+        status = INCLUDED if status == "ok" else status  # summary.json's word for a run that ended
+        if status not in (INCLUDED, DIVERGED, IN_PROGRESS, *ENDED_SHORT):
+            statuses = ", ".join((INCLUDED, "ok", DIVERGED, IN_PROGRESS, *ENDED_SHORT))
+            raise BadInput(f"{path}, line {line}: status {status!r} is none of {statuses}")
         if status not in (INCLUDED, DIVERGED):
             continue
         try:

@@ -443,6 +443,22 @@ def test_the_summary_shows_both_success_rates_where_a_run_reports_success(tmp_pa
     assert "success" not in gym_only[("Hopper-v4", 1)] and gym_only[("Hopper-v4", 1)]["ret"] == "1.0"
 
 
+def test_a_damaged_summary_is_a_run_not_ok_in_one_line(tmp_path):
+    """A summary.json cut short (a full disk) or holding no object: the sweep's summary names it and the file,
+    with no traceback; the same command would train the run, which the training script then refuses in one line."""
+    for seed, text in [(1, '{"status": "o'), (2, "[]")]:
+        run_dir = tmp_path / "runs" / f"Hopper-v4__s__{seed}"
+        run_dir.mkdir(parents=True)
+        (run_dir / "summary.json").write_text(text)
+    result = benchmark(
+        "--workdir", tmp_path, "--env-ids", "Hopper-v4", "--seeds", 2, "--summary", "--", "--exp-name", "s"
+    )
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    lines = not_ok_lines(result.stdout)
+    assert "bad-summary -- its summary.json cannot be read (Unterminated string" in lines[("Hopper-v4", 1)]
+    assert "bad-summary -- its summary.json cannot be read (not a JSON object)" in lines[("Hopper-v4", 2)]
+
+
 def test_one_worker_runs_seed_major_on_every_core(tmp_path, stub):
     result = benchmark("--workdir", tmp_path, "--python", stub, "--env-ids", "Good-v0 Other-v0", "--seeds", 2)
     assert result.returncode == 0, result.stdout + result.stderr

@@ -625,6 +625,40 @@ def test_finals_of_several_csvs_compare_as_one_csv_of_them_all(tmp_path, capsys)
     assert capsys.readouterr().err == f"report.py: error: Hopper-v4 `base` seed 1 is twice in {doubled}\n"
 
 
+def test_finals_count_ok_as_included_and_refuse_a_status_they_do_not_know(tmp_path, capsys):
+    """summary.json's "ok" is a result, as report.py's "included" is (and an empty cell); a run in progress or
+    stopped short is skipped; a misspelt status is an error, not a row skipped without a word."""
+    results = [(task, name, seed, (1 + seed / 10 + (name == "b")) * figure) for task, figure in TIANSHOU.items()
+               for name in ("a", "b") for seed in (1, 2)]  # fmt: skip
+    statuses = ["ok", "included", ""] * 3
+    short = [(task, "a", 3, 1e9, status) for task, status in zip(TIANSHOU, ["in progress", "failed"])]
+    path = tmp_path / "finals.csv"
+    with open(path, "w", newline="") as f:
+        rows = [(*result, status) for result, status in zip(results, statuses)] + short
+        csv.writer(f).writerows([["env_id", "exp_name", "seed", "final_return", "status"], *rows])
+    assert (
+        compare(path, tmp_path / "a", capsys)[:2]
+        == compare(write_finals(tmp_path / "b.csv", results), tmp_path / "b", capsys)[:2]
+    )
+
+    with open(path, "a", newline="") as f:
+        csv.writer(f).writerow([ENV, "a", 4, 1.0, "okay"])
+    assert report.main(["--finals", str(path), "--out-dir", str(tmp_path / "c")]) == 1
+    expected = "status 'okay' is none of included, ok, diverged, in progress, failed, interrupted"
+    assert capsys.readouterr().err == f"report.py: error: {path}, line 12: {expected}\n"
+
+
+@pytest.mark.parametrize(
+    "text, why", [('{"status": "o', "cannot be read (Unterminated string"), ("[]", "holds no JSON")]
+)
+def test_a_damaged_summary_json_is_one_line(tmp_path, capsys, text, why):
+    run_dir = tmp_path / "runs" / f"{ENV}__ppo__1"
+    run_dir.mkdir(parents=True)
+    (run_dir / "summary.json").write_text(text)
+    assert report.main([str(tmp_path / "runs"), "--out-dir", str(tmp_path / "out")]) == 1
+    assert capsys.readouterr().err.startswith(f"report.py: error: {run_dir / 'summary.json'} {why}")
+
+
 def test_against_an_experiment_that_did_not_run_is_an_error(tmp_path, capsys):
     path = write_finals(tmp_path / "finals.csv", [(ENV, "ppo", 1, 100.0)])
 
@@ -850,6 +884,8 @@ def test_report_rejects_bad_input(tmp_path):
     for args, message in [
         ([str(tmp_path / "missing")], "runs directory not found"),
         ([str(tmp_path), "--window-steps", "0"], "--window-steps must be positive"),
+        ([str(tmp_path), "--bootstrap-seed", "4294967296"], "--bootstrap-seed must be in [0, 2**32 - 1]"),
+        ([str(tmp_path), "--bootstrap-seed", "-1"], "--bootstrap-seed must be in [0, 2**32 - 1]"),
         ([str(tmp_path)], "no run directories"),
         ([str(tmp_path), "--out-dir", str(tmp_path / "a-file")], "is a file, not a directory"),
         ([str(tmp_path), "--markdown", "sub/x.md"], "--markdown takes a file name in --out-dir"),
