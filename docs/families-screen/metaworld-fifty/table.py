@@ -33,10 +33,10 @@ print("| task | last step | any step | evaluation | SAC | SAC, best | |\n|---|--
 verdicts, sac_solved = collections.Counter(), 0
 for task in tasks:
     path = runs / f"{task.replace('/', '-')}__{exp}__1" / "summary.json"
-    if not path.exists() or json.loads(path.read_text())["status"] != "ok":
+    summary = json.loads(path.read_text()) if path.exists() else {}
+    if summary.get("status") != "ok":
         verdicts["not run"] += 1
         continue
-    summary = json.loads(path.read_text())
     last, any_step = summary["final_success"], summary["final_any_step_success"]
     at, best = sac(task)
     sac_solved += at >= 0.9  # of the tasks run
