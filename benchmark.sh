@@ -3,6 +3,9 @@
 # Slurm job array. The command fixes each run's directory; the training script starts, resumes or skips the run
 # there (--run-dir) and records how it ended in its summary.json, which is all this script reads of it.
 set -euo pipefail
+# Before 4.4, bash calls an empty array unbound under set -u ("${extra[@]}" with no flags after --).
+((BASH_VERSINFO[0] * 100 + BASH_VERSINFO[1] >= 404)) ||
+    { echo "benchmark.sh: error: needs bash 4.4 or newer, this is $BASH_VERSION" >&2; exit 2; }
 # One { ... } group, which bash reads whole before running any of it: a running sweep is not disturbed when this
 # file is edited or checked out under it (bash reads a script as it goes).
 {
@@ -107,7 +110,8 @@ read -r -a env_ids <<<"${env_ids_arg//,/ }"
 for env_id in "${env_ids[@]}"; do
     [[ "$env_id" =~ ^[A-Za-z0-9][A-Za-z0-9._/-]*$ ]] || die "--env-ids: '$env_id' is not an env id (letters, digits, . _ - /)"
 done
-[[ -z $(printf '%s\n' "${env_ids[@]}" | sort | uniq -d) ]] || die "--env-ids lists an env id twice"
+# MetaWorld/Reach-v3 and MetaWorld-Reach-v3 are one task and one run directory (runs/MetaWorld-Reach-v3__...).
+[[ -z $(printf '%s\n' "${env_ids[@]//\//-}" | sort | uniq -d) ]] || die "--env-ids lists an env id twice"
 is_positive() { [[ "$1" =~ ^[1-9][0-9]*$ ]]; }
 is_positive "$num_seeds" || die "--seeds must be a positive integer, got '$num_seeds'"
 [[ "$first_seed" =~ ^(0|[1-9][0-9]*)$ ]] || die "--first-seed must be a non-negative integer, got '$first_seed'"
@@ -118,6 +122,7 @@ is_positive "$num_seeds" || die "--seeds must be a positive integer, got '$num_s
 [[ -z "$cores_per_run" ]] || is_positive "$cores_per_run" || die "--cores-per-run must be a positive integer, got '$cores_per_run'"
 ((slurm || !wait_slurm)) || die "--wait only applies with --slurm"
 ((slurm)) || [[ -z "$sbatch_args" ]] || die "--sbatch-args only applies with --slurm"
+[[ "$job_name" =~ ^[^[:space:]]*$ ]] || die "--job-name must be one word (Slurm's #SBATCH line), got '$job_name'"
 [[ -d "$workdir" ]] || die "--workdir '$workdir' is not a directory"
 workdir=$(cd "$workdir" && pwd)
 exp_name=$(basename "$SCRIPT" .py)
@@ -287,8 +292,14 @@ esac"
             echo "Watch it with squeue --me; the same command with --summary summarises it."
             exit 0
         fi
-        sbatch --wait "${sbatch_extra[@]}" <<<"$batch_script" || true  # the summary says how each task ended
-        ((!stopped)) || echo "$PROG: stopped waiting; the job goes on (scancel --name=${job_name:-$exp_name} stops it)"
+        # In the background: bash runs a trap only once its foreground command ends, and sbatch --wait lasts as
+        # long as the job. The summary says how each task ended.
+        sbatch --wait "${sbatch_extra[@]}" <<<"$batch_script" &
+        wait $! || true
+        if ((stopped)); then
+            kill $! 2>/dev/null || true  # its client only: the job is Slurm's
+            echo "$PROG: stopped waiting; the job goes on (scancel --name=${job_name:-$exp_name} stops it)"
+        fi
     fi
     summary table && exit 0 || exit "$((stopped ? stopped : 1))"
 fi

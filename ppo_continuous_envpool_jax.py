@@ -819,8 +819,8 @@ def train(args: PPOArgs, logger: "IterationLogger", stop: "StopRequest | None" =
         for iteration in range(first, args.num_iterations + 1):
             state, figures, collected = run_iteration(programs, state, collected, iteration, args)
             jax.block_until_ready(state.env_state.obs)  # the iteration's rollout has ended, the epochs run on
-            if pending is not None:
-                if failure := logger.log(*pending):
+            if pending is not None:  # its speed counts this iteration's steps too, collected by now
+                if failure := logger.log(*pending, steps_done=state.global_step):
                     break
                 logged = pending[1]
             pending = (iteration, state, figures)
@@ -1350,13 +1350,15 @@ class IterationLogger:
         self.eval_seconds = 0.0  # spent in evaluations, which charts/SPS leaves out
         self.last_checkpoint_time = time.monotonic()
 
-    def log(self, iteration: int, state: RunState, figures) -> str | None:
-        """Wait for an iteration's figures and log them; returns what went non-finite, if anything."""
+    def log(self, iteration: int, state: RunState, figures, steps_done: int | None = None) -> str | None:
+        """Wait for an iteration's figures and log them; returns what went non-finite, if anything. `steps_done`:
+        the environment steps collected by now (the next iteration's rollout may have ended), for the speed."""
         args, writer, global_step = self.args, self.writer, state.global_step
         stats, losses, (params_finite, lr) = jax.device_get(figures)
         if failure := first_nonfinite(losses, params_finite):
             return f"{failure} at iteration {iteration} (global_step {global_step})"
-        sps = int((global_step - self.start_step) / (time.time() - self.start_time - self.eval_seconds))
+        steps_done = global_step if steps_done is None else steps_done
+        sps = int((steps_done - self.start_step) / (time.time() - self.start_time - self.eval_seconds))
         has_episodes = stats["num_episodes"] > 0
         if has_episodes:
             writer.add_scalar("charts/episodic_return", stats["episodic_return"], global_step)

@@ -337,6 +337,8 @@ def test_help_explains_every_flag():
         (["--cores-per-run", str(len(USABLE_CPUS) + 1)], "needs"),
         (["--env-ids", "Hopper-v4 ../x"], "is not an env id"),
         (["--env-ids", "Hopper-v4,Hopper-v4"], "lists an env id twice"),
+        (["--env-ids", "MetaWorld/Reach-v3 MetaWorld-Reach-v3"], "lists an env id twice"),
+        (["--slurm", "--job-name", "my sweep"], "--job-name must be one word"),
         (["--frobnicate"], "unknown option '--frobnicate'"),
         (["--wait"], "--wait only applies with --slurm"),
         (["--", "--seed", "3"], "do not pass --seed after --"),
@@ -662,6 +664,28 @@ def test_slurm_array_with_requeue_and_wait(tmp_path, stub, fake_slurm):
     again = benchmark("--dry-run", *command, env=fake_slurm)
     assert "#SBATCH --array=0-1%2\n" in again.stdout
     assert re.findall(r"--env-id (\S+) --seed (\d+)", again.stdout) == [("Bad-v0", "1"), ("Bad-v0", "2")]
+
+
+def test_sigterm_while_waiting_on_slurm_stops_the_wait_not_the_job(tmp_path, stub, fake_slurm, fifo):
+    """sbatch --wait lasts as long as the job: SIGTERM ends benchmark.sh's wait at once (exit 143), and the job's
+    task goes on."""
+    fifo_path, fd = fifo
+    release = tmp_path / "release"
+    os.mkfifo(release)
+    env = {**fake_slurm, "STUB_FIFO": str(fifo_path), "STUB_RELEASE": str(release)}
+    command = ["--slurm", "--wait", "--workdir", tmp_path, "--python", stub, "--env-ids", "Wait-v0", "--seeds", 1]
+    process = start_process(BENCHMARK, *command, env=env)
+    try:
+        task = wait_started(fd)
+        process.send_signal(signal.SIGTERM)
+        stdout, stderr = process.communicate(timeout=60)
+        os.kill(task, 0)  # still running: raises if it has ended
+    finally:
+        process.kill()
+        with open(release, "w") as f:  # lets the task end
+            f.write("go\n")
+    assert process.returncode == 143, stdout + stderr
+    assert "benchmark.sh: stopped waiting; the job goes on (scancel --name=" in stdout
 
 
 def array_tasks(script: str) -> dict[int, str]:

@@ -11,7 +11,7 @@ import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 import ppo_continuous_envpool_jax as ppo
-from tests.support import SMALL, only_run_dir, run_script, scalars, train_recorded
+from tests.support import SMALL, RecordingWriter, only_run_dir, run_script, scalars, train_recorded
 
 METRICS = [
     "charts/episodic_return",
@@ -140,6 +140,22 @@ def test_the_overlapped_loop_logs_each_iteration_as_a_loop_that_waits_for_each_o
             expected["charts/episodic_return"].append((step, float(stats["episodic_return"])))
     assert len(expected["charts/episodic_return"]) >= 2  # Hopper's random-ish policy falls within 64 steps
     assert {tag: logged[tag] for tag in expected} == expected
+
+
+def test_an_iterations_speed_counts_the_steps_collected_by_the_time_it_is_logged():
+    """The loop logs an iteration once the next iteration's rollout has ended: its charts/SPS counts that rollout's
+    steps too (else the first iterations' figures would be one rollout's steps over two rollouts' time); the last
+    iteration, logged after the loop, counts its own."""
+    args = ppo.parse_args(["--env-id", "Hopper-v4", "--total-timesteps", "2048", *SMALL])[0]
+    seen = []
+
+    class Recording(ppo.IterationLogger):
+        def log(self, iteration, state, figures, steps_done=None):
+            seen.append((state.global_step, steps_done))
+            return super().log(iteration, state, figures, steps_done)
+
+    ppo.train(args, Recording(args, RecordingWriter(), report=lambda step, line: None))
+    assert seen == [(512, 1024), (1024, 1536), (1536, 2048), (2048, None)]
 
 
 def test_recompute_adv_changes_only_the_epochs_after_the_first():
