@@ -23,8 +23,8 @@ all, e.g. the runs.csv of each sweep of a screen, kept after the run directories
 A sweep may still be running: a run whose training process holds its run directory's lock (as benchmark.sh's
 runs do), that has logged fewer steps than the longest run of its (env id, exp name) or, without a summary.json,
 than its own flags plan for, or no scalar at all yet, is listed as "in progress" and left out of the means and curves. A
-run whose training diverged, failed or was interrupted (its summary.json's status, where it has one) is listed
-as such and left out too, with a line on stderr. Other directories are skipped with a line on stderr, except
+run whose training diverged, failed or was interrupted (its summary.json's status, where it has one), or that ended
+with fewer steps than the longest run of its group, is listed as such and left out too, with a line on stderr. Other directories are skipped with a line on stderr, except
 `logs` (Slurm's logs of a benchmark.sh sweep; an older benchmark.sh's sweep logs).
 
 Definitions
@@ -59,6 +59,9 @@ Definitions
   failed, interrupted
                 a run whose summary.json says it stopped early (an error; a signal, its checkpoint kept to resume
                 it): listed, counted and left out the same way.
+  shorter       a run whose summary.json says it ended (ok) with fewer steps than the longest run of its (env
+                id, exp name): another --total-timesteps under the same exp name; listed, counted and left out
+                the same way.
   std           population standard deviation over seeds (numpy's default, ddof=0).
   curves        each seed's curve is linearly interpolated onto a common grid spanning the x range
                 that all seeds cover; the line is the mean over seeds, the band mean ± std. The eval curves
@@ -134,6 +137,7 @@ IN_PROGRESS = "in progress"
 INCLUDED = "included"
 DIVERGED = "diverged"
 ENDED_SHORT = ("failed", "interrupted")  # summary.json's statuses of a run that stopped before its end, left out
+SHORTER = "shorter"  # ended (ok) with fewer steps than its group's longest run: another budget, left out
 FAILURE_TAG = "failure/text_summary"  # the training script's text when it stops at a non-finite value
 HYPERPARAMETERS_TAG = "hyperparameters/text_summary"  # its flags as a Markdown table, at each start and resume
 
@@ -269,7 +273,7 @@ class Run:
     planned_steps: int | None = None  # the steps it was started (or last resumed) to train, where it logged them
     summary: dict = field(default_factory=dict)  # its summary.json, where it has one: how it ended
     status: str = INCLUDED  # or IN_PROGRESS (empty, behind the longest run of its group or its own plan), DIVERGED,
-    # ENDED_SHORT
+    # ENDED_SHORT, SHORTER
     eval_at_max: float = math.nan  # its eval return where its group's mean eval curve peaks
     final_success: float = math.nan  # the mean success rate in the final-return window, where the task reports one
     final_any_step_success: float = math.nan  # the same of the success rate at any step, where it was logged
@@ -592,8 +596,11 @@ def steps_cell(runs: list[Run]) -> str:
 
 
 def seeds_cell(runs: list[Run]) -> str:
-    """How many seeds the means are over, and how many more are listed: in progress, diverged, failed, interrupted."""
-    others = [(sum(run.status == status for run in runs), status) for status in (IN_PROGRESS, DIVERGED, *ENDED_SHORT)]
+    """How many seeds the means are over, and how many more are listed: in progress, diverged, failed, interrupted,
+    shorter."""
+    others = [
+        (sum(run.status == status for run in runs), status) for status in (IN_PROGRESS, DIVERGED, *ENDED_SHORT, SHORTER)
+    ]
     listed = ", ".join(f"+{count} {status}" for count, status in others if count)
     return f"{sum(run.included for run in runs)}" + (f" ({listed})" if listed else "")
 
@@ -688,7 +695,8 @@ def render_markdown(
         (
             f"**Status**: `{INCLUDED}` in the means above, or `{IN_PROGRESS}`: fewer steps than the longest run "
             f"of its experiment or than its flags plan (or none yet), left out, or `{DIVERGED}`: stopped at a non-finite value, left out, "
-            "or `failed` or `interrupted`: how its summary.json says it stopped early, left out. "
+            "or `failed` or `interrupted`: how its summary.json says it stopped early, left out, "
+            f"or `{SHORTER}`: it ended with fewer steps than the longest run of its experiment, left out. "
             f"**Last eval**: the run's last `{EVAL_TAG}`. The same rows, with each run's eval at max, are in "
             "`runs.csv`."
         ),
@@ -938,8 +946,8 @@ def read_finals(path: Path, args: ReportArgs) -> list[Final]:
             raise BadInput(f"{path}, line {line}: fewer cells than the header has columns")
         status = row.get("status") or INCLUDED
         status = INCLUDED if status == "ok" else status  # summary.json's word for a run that ended
-        if status not in (INCLUDED, DIVERGED, IN_PROGRESS, *ENDED_SHORT):
-            statuses = ", ".join((INCLUDED, "ok", DIVERGED, IN_PROGRESS, *ENDED_SHORT))
+        if status not in (INCLUDED, DIVERGED, IN_PROGRESS, *ENDED_SHORT, SHORTER):
+            statuses = ", ".join((INCLUDED, "ok", DIVERGED, IN_PROGRESS, *ENDED_SHORT, SHORTER))
             raise BadInput(f"{path}, line {line}: status {status!r} is none of {statuses}")
         if status not in (INCLUDED, DIVERGED):
             continue
@@ -1310,6 +1318,13 @@ def load_groups(args: ReportArgs) -> dict[tuple[str, str], list[Run]]:
                 run.status = ended or DIVERGED
                 why = run.failure or run.summary.get("detail")
                 print(f"report.py: {run.path} {run.status} ({why}): left out of the means", file=sys.stderr)
+            elif ended == "ok" and run.total_steps < longest:
+                run.status = SHORTER
+                print(
+                    f"report.py: {run.path} ended at {run.total_steps} steps, below its group's {longest} (another "
+                    "--total-timesteps under the same exp name?): left out of the means",
+                    file=sys.stderr,
+                )
             elif run.empty or run.total_steps < longest:
                 run.status = IN_PROGRESS
             elif not ended and run.planned_steps and run.total_steps < run.planned_steps:

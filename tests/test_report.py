@@ -267,6 +267,25 @@ def test_runs_of_benchmark_sh_and_of_old_sweeps_read_together_with_summary_json_
     assert "logs" not in err
 
 
+def test_a_run_that_ended_with_fewer_steps_than_its_group_is_shorter_not_in_progress(tmp_path, capsys):
+    """Seed 2 ended (ok) at 200 steps where seed 1 ended at 400: another budget under the same exp name, which no
+    waiting will change; seed 3 is still on its way at 200 steps (no summary)."""
+    runs = tmp_path / "runs"
+    write_summary(
+        write_run(runs, f"{ENV}__ppo__1", {"charts/episodic_return": [(200, 1.0), (400, 2.0)]}), "ok", "ppo", 1
+    )
+    write_summary(write_run(runs, f"{ENV}__ppo__2", {"charts/episodic_return": [(200, 5.0)]}), "ok", "ppo", 2)
+    write_run(runs, f"{ENV}__ppo__3", {"charts/episodic_return": [(200, 5.0)]})
+
+    code, markdown, err = run_report(runs, tmp_path / "out", capsys)
+
+    assert code == 0
+    statuses = {name: row["Status"] for name, row in run_rows(markdown).items()}
+    assert statuses == {f"{ENV}__ppo__1": "included", f"{ENV}__ppo__2": "shorter", f"{ENV}__ppo__3": "in progress"}
+    assert group_rows(markdown)["ppo"]["Seeds"] == "1 (+1 in progress, +1 shorter)"
+    assert f"report.py: {runs / f'{ENV}__ppo__2'} ended at 200 steps, below its group's 400 (another" in err
+
+
 def test_stray_directories_get_one_line_each_and_logs_none(tmp_path, capsys):
     runs = tmp_path / "runs"
     write_run(runs, f"{ENV}__ppo__1__100", {"charts/episodic_return": [(100, 1.0)]})
@@ -631,7 +650,7 @@ def test_finals_count_ok_as_included_and_refuse_a_status_they_do_not_know(tmp_pa
     results = [(task, name, seed, (1 + seed / 10 + (name == "b")) * figure) for task, figure in TIANSHOU.items()
                for name in ("a", "b") for seed in (1, 2)]  # fmt: skip
     statuses = ["ok", "included", ""] * 3
-    short = [(task, "a", 3, 1e9, status) for task, status in zip(TIANSHOU, ["in progress", "failed"])]
+    short = [(task, "a", 3, 1e9, status) for task, status in zip(TIANSHOU, ["in progress", "shorter"])]
     path = tmp_path / "finals.csv"
     with open(path, "w", newline="") as f:
         rows = [(*result, status) for result, status in zip(results, statuses)] + short
@@ -644,7 +663,7 @@ def test_finals_count_ok_as_included_and_refuse_a_status_they_do_not_know(tmp_pa
     with open(path, "a", newline="") as f:
         csv.writer(f).writerow([ENV, "a", 4, 1.0, "okay"])
     assert report.main(["--finals", str(path), "--out-dir", str(tmp_path / "c")]) == 1
-    expected = "status 'okay' is none of included, ok, diverged, in progress, failed, interrupted"
+    expected = "status 'okay' is none of included, ok, diverged, in progress, failed, interrupted, shorter"
     assert capsys.readouterr().err == f"report.py: error: {path}, line 12: {expected}\n"
 
 
