@@ -328,9 +328,9 @@ SIGTERM_DURING_THE_SAVE = """
 import os, signal, sys
 import ppo_continuous_envpool_jax as ppo
 log, save = ppo.IterationLogger.log, ppo.save_checkpoint
-def log_then_sigterm(self, *args):  # the run is told to stop in its first iteration
+def log_then_sigterm(self, *args, **kwargs):  # the run is told to stop in its first iteration
     os.kill(os.getpid(), signal.SIGTERM)
-    return log(self, *args)
+    return log(self, *args, **kwargs)
 def sigterm_then_save(*args, **kwargs):  # and again as it saves its state
     os.kill(os.getpid(), signal.SIGTERM)
     return save(*args, **kwargs)
