@@ -55,7 +55,10 @@ Definitions
   diverged      a run that the training script stopped at a non-finite loss or parameter (its summary.json
                 says so, or, without one, its `failure` text): listed, counted beside the seeds ("3 (+1
                 diverged)"), and left out like a run in progress, so the means are over the seeds that did not
-                diverge.
+                diverge. In the comparison across tasks it counts, scored by the policy it kept (the last
+                finite one): its final return over what it logged before it diverged, its eval return at its
+                experiment's best step or, short of it, its last; else an experiment whose runs diverge would be
+                ranked on the seeds that survived.
   failed, interrupted
                 a run whose summary.json says it stopped early (an error; a signal, its checkpoint kept to resume
                 it): listed, counted and left out the same way.
@@ -928,8 +931,8 @@ def number(cell: str) -> float:
 
 
 def read_finals(path: Path, args: ReportArgs) -> list[Final]:
-    """The included runs of a per-run CSV that pass the filters (status included or ok, or none); rows of
-    another `status` are skipped (a diverged one with a line on stderr), of an unknown one refused."""
+    """The runs of a per-run CSV that the comparison scores (status included or ok, or none, and diverged: with a
+    line on stderr) and that pass the filters; rows of another `status` are skipped, of an unknown one refused."""
     required = ["env_id", "exp_name", "seed", "final_return"]
     try:
         with open(path, newline="") as f:
@@ -967,9 +970,8 @@ def read_finals(path: Path, args: ReportArgs) -> list[Final]:
             continue
         if status == DIVERGED:
             where = f"{final.env_id} `{final.exp_name}` seed {final.seed} ({path}, line {line})"
-            print(f"report.py: {where} diverged: left out of the means", file=sys.stderr)
-        else:
-            finals.append(final)
+            print(f"report.py: {where} diverged: scored by what it logged before", file=sys.stderr)
+        finals.append(final)
     return finals
 
 
@@ -1338,6 +1340,10 @@ def load_groups(args: ReportArgs) -> dict[tuple[str, str], list[Run]]:
             for run in logged:
                 steps, values = run.curves[EVAL_TAG]
                 run.eval_at_max = float(values[steps == best_step][0]) if best_step in steps else math.nan
+            for run in runs:  # a diverged run: the policy it kept, evaluated at the best step or, short of it, last
+                steps, values = run.curves[EVAL_TAG]
+                if run.status == DIVERGED and len(steps):
+                    run.eval_at_max = float(values[steps == best_step][0] if best_step in steps else values[-1])
     return groups
 
 
@@ -1358,7 +1364,7 @@ def main(argv=None) -> int:
                 )
                 for runs in groups.values()
                 for run in runs
-                if run.included
+                if run.included or run.status == DIVERGED  # a diverged run is scored by the policy it kept
             ]
         else:
             finals = read_all_finals(args.finals, args)

@@ -141,7 +141,9 @@ def test_a_diverged_run_is_listed_and_counted_but_left_out_of_the_means(tmp_path
         }  # fmt: skip
     # Its runs.csv, read back, says so too.
     assert report.main(["--finals", str(tmp_path / "out" / "runs.csv"), "--out-dir", str(tmp_path / "cmp")]) == 0
-    assert f"{ENV} `ppo` seed 2 ({tmp_path / 'out' / 'runs.csv'}, line 3) diverged" in capsys.readouterr().err
+    assert (
+        f"{ENV} `ppo` seed 2 ({tmp_path / 'out' / 'runs.csv'}, line 3) diverged: scored by" in capsys.readouterr().err
+    )
 
 
 def test_the_wall_clock_of_a_resumed_run_leaves_out_its_pause_and_what_it_superseded(tmp_path, capsys, monkeypatch):
@@ -779,6 +781,43 @@ def test_the_comparison_from_runs_csv_is_the_one_from_the_event_files(tmp_path, 
     # the mean eval curves peak at step 1000, so eval at max is each run's eval there: `b` ahead on every run
     assert aggregates[("b", "eval at max")][0] == "1-3"
     assert pairs[("b", "a", "eval at max")] == (1.0, 1.0, 1.0)
+
+
+def test_a_diverged_run_counts_in_the_comparison_by_the_policy_it_kept(tmp_path, capsys):
+    """`fragile` diverged at step 500 in seeds 2 and 3, having reached 20 (its last eval 30); its seed 1 reached 3000.
+    Left out, the two would leave fragile's seed 1 alone to rank it above `stable` (P = 1); counted by what they
+    logged before, fragile wins one seed in three on either score, exactly as the same finals marked included do."""
+    runs = tmp_path / "runs"
+    for seed in (1, 2, 3):
+        write_run(runs, f"{ENV}__stable__{seed}__100", {
+            "charts/episodic_return": [(500, 500.0), (1000, 1000.0 + seed)],
+            "eval/episodic_return": [(500, 500.0), (1000, 1000.0 + seed)],
+        })  # fmt: skip
+    write_run(runs, f"{ENV}__fragile__1__100", {
+        "charts/episodic_return": [(500, 10.0), (1000, 3000.0)], "eval/episodic_return": [(500, 10.0), (1000, 3000.0)],
+    })  # fmt: skip
+    for seed in (2, 3):
+        writer = SummaryWriter(str(runs / f"{ENV}__fragile__{seed}__100"))
+        writer.add_scalar("charts/episodic_return", 20.0, 500)
+        writer.add_scalar("eval/episodic_return", 30.0, 500)
+        writer.add_text("failure", "training diverged: non-finite losses/v_loss = nan at iteration 6", 600)
+        writer.close()
+
+    code, from_runs, _ = run_report(runs, tmp_path / "out", capsys, *REPS)
+
+    assert code == 0
+    aggregates, pairs = comparison_tables(from_runs)
+    assert aggregates[("fragile", "final return")][0] == aggregates[("fragile", "eval at max")][0] == "1-3"
+    assert pairs[("fragile", "stable", "final return")][0] == pairs[("fragile", "stable", "eval at max")][0] == 0.33
+    rows = [(ENV, "stable", seed, 1000.0 + seed, 1000.0 + seed) for seed in (1, 2, 3)]
+    rows += [(ENV, "fragile", 1, 3000.0, 3000.0), (ENV, "fragile", 2, 20.0, 30.0), (ENV, "fragile", 3, 20.0, 30.0)]
+    with open(tmp_path / "included.csv", "w", newline="") as f:
+        csv.writer(f).writerows([["env_id", "exp_name", "seed", "final_return", "eval_at_max"], *rows])
+    assert compare(tmp_path / "included.csv", tmp_path / "a", capsys)[:2] == (aggregates, pairs)
+    # runs.csv keeps them as diverged, with what they are scored by
+    again = compare(tmp_path / "out" / "runs.csv", tmp_path / "b", capsys)
+    assert again[:2] == (aggregates, pairs)
+    assert f"{ENV} `fragile` seed 2 ({tmp_path / 'out' / 'runs.csv'}, line " in again[2]
 
 
 @pytest.mark.parametrize(
