@@ -24,8 +24,9 @@ A sweep may still be running: a run whose training process holds its run directo
 runs do), that has logged fewer steps than the longest run of its (env id, exp name) or, without a summary.json,
 than its own flags plan for, or no scalar at all yet, is listed as "in progress" and left out of the means and curves. A
 run whose training diverged, failed or was interrupted (its summary.json's status, where it has one), or that ended
-with fewer steps than the longest run of its group, is listed as such and left out too, with a line on stderr. Other directories are skipped with a line on stderr, except
-`logs` (Slurm's logs of a benchmark.sh sweep; an older benchmark.sh's sweep logs).
+with fewer steps than the longest run of its group, is listed as such and left out too, with a line on stderr.
+Other directories are skipped with a line on stderr, except `logs` (Slurm's logs of a benchmark.sh sweep; an older
+benchmark.sh's sweep logs).
 
 Definitions
   final return  the mean of the `charts/episodic_return` values logged in the last `--window-steps`
