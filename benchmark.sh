@@ -122,7 +122,6 @@ is_positive "$num_seeds" || die "--seeds must be a positive integer, got '$num_s
 [[ -z "$cores_per_run" ]] || is_positive "$cores_per_run" || die "--cores-per-run must be a positive integer, got '$cores_per_run'"
 ((slurm || !wait_slurm)) || die "--wait only applies with --slurm"
 ((slurm)) || [[ -z "$sbatch_args" ]] || die "--sbatch-args only applies with --slurm"
-[[ "$job_name" =~ ^[^[:space:]]*$ ]] || die "--job-name must be one word (Slurm's #SBATCH line), got '$job_name'"
 [[ -d "$workdir" ]] || die "--workdir '$workdir' is not a directory"
 workdir=$(cd "$workdir" && pwd)
 exp_name=$(basename "$SCRIPT" .py)
@@ -138,6 +137,9 @@ for ((i = 0; i < ${#extra[@]}; i++)); do
 done
 [[ -n "$exp_name" && "$exp_name" != */* && "$exp_name" != .* ]] ||
     die "--exp-name must be a file name, not empty and without '/' or a leading '.', got '$exp_name'"
+# The job's name goes into an #SBATCH line and scancel's --name: one word (the exp name by default).
+((!slurm)) || [[ "${job_name:-$exp_name}" =~ ^[^[:space:]]+$ ]] ||
+    die "--slurm needs a job name of one word (--job-name, else the exp name), got '${job_name:-$exp_name}'"
 
 # Cores: a Slurm task's are Slurm's to give; locally, worker slot k (xargs' SLOT) has the cores slot_cpus[k].
 if ((slurm)); then
@@ -295,9 +297,10 @@ esac"
         # In the background: bash runs a trap only once its foreground command ends, and sbatch --wait lasts as
         # long as the job. The summary says how each task ended.
         sbatch --wait "${sbatch_extra[@]}" <<<"$batch_script" &
-        wait $! || true
+        sbatch_pid=$!
+        ((stopped)) || wait "$sbatch_pid" || true  # a signal before the wait began has run its trap already
         if ((stopped)); then
-            kill $! 2>/dev/null || true  # its client only: the job is Slurm's
+            kill "$sbatch_pid" 2>/dev/null || true  # its client only: the job is Slurm's
             echo "$PROG: stopped waiting; the job goes on (scancel --name=${job_name:-$exp_name} stops it)"
         fi
     fi

@@ -57,9 +57,11 @@ Definitions
                 says so, or, without one, its `failure` text): listed, counted beside the seeds ("3 (+1
                 diverged)"), and left out like a run in progress, so the means are over the seeds that did not
                 diverge. In the comparison across tasks it counts, scored by the policy it kept (the last
-                finite one): its final return over what it logged before it diverged, its eval return at its
-                experiment's best step or, short of it, its last; else an experiment whose runs diverge would be
-                ranked on the seeds that survived.
+                finite one): its final return over what it logged before it diverged (its last episode's
+                return where none ended in that window), its eval return at its experiment's best step or,
+                short of it, its last (also its `eval_at_max` in runs.csv); else an experiment whose runs
+                diverge would be ranked on the seeds that survived. `--baseline` and `--against` take means
+                without it, as the per-task tables do.
   failed, interrupted
                 a run whose summary.json says it stopped early (an error; a signal, its checkpoint kept to resume
                 it): listed, counted and left out the same way.
@@ -301,6 +303,7 @@ class Final(NamedTuple):
     eval_at_max: float  # nan where the run has no eval data
     final_success: float = math.nan  # nan where the task reports no success
     final_any_step_success: float = math.nan
+    diverged: bool = False  # scored by the comparison, left out of the means (--baseline's, --against's)
 
 
 @dataclass
@@ -698,7 +701,8 @@ def render_markdown(
         "",
         (
             f"**Status**: `{INCLUDED}` in the means above, or `{IN_PROGRESS}`: fewer steps than the longest run "
-            f"of its experiment or than its flags plan (or none yet), left out, or `{DIVERGED}`: stopped at a non-finite value, left out, "
+            f"of its experiment or than its flags plan (or none yet), left out, or `{DIVERGED}`: stopped at a non-finite value, left out "
+            "(the comparison across tasks scores it by the policy it kept), "
             "or `failed` or `interrupted`: how its summary.json says it stopped early, left out, "
             f"or `{SHORTER}`: it ended with fewer steps than the longest run of its experiment, left out. "
             f"**Last eval**: the run's last `{EVAL_TAG}`. The same rows, with each run's eval at max, are in "
@@ -964,6 +968,7 @@ def read_finals(path: Path, args: ReportArgs) -> list[Final]:
                 eval_at_max=number(row.get("eval_at_max") or ""),
                 final_success=number(row.get("final_success") or ""),
                 final_any_step_success=number(row.get("final_any_step_success") or ""),
+                diverged=status == DIVERGED,
             )
         except ValueError as error:
             raise BadInput(f"{path}, line {line}: {error}") from None
@@ -1012,7 +1017,7 @@ def reference_figures(finals: list[Final], args: ReportArgs) -> Reference:
         return REFERENCES[args.reference]
     returns = defaultdict(list)
     for final in finals:
-        if final.exp_name == args.baseline and math.isfinite(final.final_return):
+        if final.exp_name == args.baseline and math.isfinite(final.final_return) and not final.diverged:
             returns[final.env_id].append(final.final_return)
     if not returns:
         raise BadInput(f"--baseline {args.baseline}: no final return of that exp name")
@@ -1121,12 +1126,12 @@ def against_control(finals: list[Final], control: str) -> list[str]:
     errors of the control's mean (its population std / sqrt(seeds)), and the tasks where it is more than one below."""
     returns: dict[tuple[str, str], dict[int, float]] = defaultdict(dict)  # a seed once, as in the comparison
     for final in finals:
-        if math.isfinite(final.final_return):
+        if math.isfinite(final.final_return) and not final.diverged:  # the means of the per-task tables
             returns[(final.env_id, final.exp_name)][final.seed] = final.final_return
     tasks = sorted({task for task, exp_name in returns if exp_name == control})
     if not tasks:
         raise BadInput(f"--against {control}: no final return of that exp name")
-    others = sorted({exp_name for _, exp_name in returns} - {control})
+    others = sorted({final.exp_name for final in finals} - {control})  # one whose every run diverged: n/a
     for task in sorted({task for task, _ in returns} - set(tasks)):
         note(f"--against {control} leaves out {task}: no final return of {control}")
     rows, below, measured = [], defaultdict(list), defaultdict(int)
@@ -1336,15 +1341,17 @@ def load_groups(args: ReportArgs) -> dict[tuple[str, str], list[Run]]:
                 run.status = IN_PROGRESS
         logged = [run for run in runs if run.included]
         curve = common_step_curve(logged, EVAL_TAG)
-        if curve is not None:
-            best_step = curve[0][np.argmax(curve[1])]
-            for run in logged:
-                steps, values = run.curves[EVAL_TAG]
-                run.eval_at_max = float(values[steps == best_step][0]) if best_step in steps else math.nan
-            for run in runs:  # a diverged run: the policy it kept, evaluated at the best step or, short of it, last
-                steps, values = run.curves[EVAL_TAG]
-                if run.status == DIVERGED and len(steps):
-                    run.eval_at_max = float(values[steps == best_step][0] if best_step in steps else values[-1])
+        best_step = None if curve is None else curve[0][np.argmax(curve[1])]
+        for run in logged:
+            steps, values = run.curves[EVAL_TAG]
+            run.eval_at_max = float(values[steps == best_step][0]) if best_step in steps else math.nan
+        for run in runs:  # a diverged run: the policy it kept, evaluated at the best step or, short of it, last
+            steps, values = run.curves[EVAL_TAG]
+            if run.status == DIVERGED and len(steps):
+                run.eval_at_max = float(values[steps == best_step][0] if best_step in steps else values[-1])
+            returns = run.curves[RETURN_TAG][1]
+            if run.status == DIVERGED and math.isnan(run.final_return) and len(returns):
+                run.final_return = float(returns[-1])  # no episode ended in its window: its last one
     return groups
 
 
@@ -1362,6 +1369,7 @@ def main(argv=None) -> int:
                     run.eval_at_max,
                     run.final_success,
                     run.final_any_step_success,
+                    diverged=run.status == DIVERGED,
                 )
                 for runs in groups.values()
                 for run in runs

@@ -820,6 +820,41 @@ def test_a_diverged_run_counts_in_the_comparison_by_the_policy_it_kept(tmp_path,
     assert f"{ENV} `fragile` seed 2 ({tmp_path / 'out' / 'runs.csv'}, line " in again[2]
 
 
+def test_an_experiment_whose_every_run_diverged_is_scored_by_what_they_logged(tmp_path, capsys):
+    """Every seed of `broken` diverged: none is in the means, so its group has no eval curve, and seed 3 ended no
+    episode in its final window. Each is still scored (its last eval; seed 3 its last return), and --against
+    and --baseline take their means over runs that did not diverge."""
+    runs = tmp_path / "runs"
+    for seed in (1, 2, 3):
+        write_run(runs, f"{ENV}__stable__{seed}__100", {
+            "charts/episodic_return": [(500, 500.0), (1000, 1000.0 + seed)],
+            "eval/episodic_return": [(500, 500.0), (1000, 1000.0 + seed)],
+        })  # fmt: skip
+        writer = SummaryWriter(str(runs / f"{ENV}__broken__{seed}__100"))
+        writer.add_scalar("charts/episodic_return", 10.0 * seed, 100)
+        writer.add_scalar("eval/episodic_return", 20.0 * seed, 400 if seed == 3 else 100)
+        writer.add_text("failure", "training diverged: non-finite losses/v_loss = nan", 500)
+        writer.close()
+
+    code, from_runs, _ = run_report(runs, tmp_path / "out", capsys, *REPS, "--window-steps", "200")
+
+    assert code == 0
+    rows = [(ENV, "stable", seed, 1000.0 + seed, 1000.0 + seed) for seed in (1, 2, 3)]
+    rows += [(ENV, "broken", seed, 10.0 * seed, 20.0 * seed) for seed in (1, 2, 3)]
+    with open(tmp_path / "included.csv", "w", newline="") as f:
+        csv.writer(f).writerows([["env_id", "exp_name", "seed", "final_return", "eval_at_max"], *rows])
+    assert comparison_tables(from_runs) == compare(tmp_path / "included.csv", tmp_path / "a", capsys)[:2]
+    # --against and --baseline: the means without the diverged runs (here: none of broken's)
+    assert report.main(["--finals", str(tmp_path / "out" / "runs.csv"), "--against", "stable", "--out-dir",
+                        str(tmp_path / "b"), *REPS]) == 0  # fmt: skip
+    table = parse_markdown_table(capsys.readouterr().out, ["Task"])
+    assert [row["stable: mean ± SE (seeds)"] for row in table] == ["1002.00 ± 0.47 (3)"]
+    assert [row["broken"] for row in table] == ["n/a"]
+    assert report.main(["--finals", str(tmp_path / "out" / "runs.csv"), "--baseline", "broken", "--out-dir",
+                        str(tmp_path / "c"), *REPS]) == 1  # fmt: skip
+    assert "--baseline broken: no final return of that exp name" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize(
     ("metric", "label", "a", "b", "aggregates_a", "aggregates_b", "p_b_over_a"),
     [
