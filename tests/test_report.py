@@ -783,16 +783,21 @@ def test_the_comparison_from_runs_csv_is_the_one_from_the_event_files(tmp_path, 
     assert pairs[("b", "a", "eval at max")] == (1.0, 1.0, 1.0)
 
 
-def test_a_diverged_run_counts_in_the_comparison_by_the_policy_it_kept(tmp_path, capsys):
-    """`fragile` diverged at step 500 in seeds 2 and 3, having reached 20 (its last eval 30); its seed 1 reached 3000.
-    Left out, the two would leave fragile's seed 1 alone to rank it above `stable` (P = 1); counted by what they
-    logged before, fragile wins one seed in three on either score, exactly as the same finals marked included do."""
-    runs = tmp_path / "runs"
+def write_stable_runs(runs: Path) -> None:
+    """Experiment `stable`: seeds 1-3 end at 1001-1003, training and evaluation alike."""
     for seed in (1, 2, 3):
         write_run(runs, f"{ENV}__stable__{seed}__100", {
             "charts/episodic_return": [(500, 500.0), (1000, 1000.0 + seed)],
             "eval/episodic_return": [(500, 500.0), (1000, 1000.0 + seed)],
         })  # fmt: skip
+
+
+def test_a_diverged_run_counts_in_the_comparison_by_the_policy_it_kept(tmp_path, capsys):
+    """`fragile` diverged at step 500 in seeds 2 and 3, having reached 20 (its last eval 30); its seed 1 reached 3000.
+    Left out, the two would leave fragile's seed 1 alone to rank it above `stable` (P = 1); counted by what they
+    logged before, fragile wins one seed in three on either score, exactly as the same finals marked included do."""
+    runs = tmp_path / "runs"
+    write_stable_runs(runs)
     write_run(runs, f"{ENV}__fragile__1__100", {
         "charts/episodic_return": [(500, 10.0), (1000, 3000.0)], "eval/episodic_return": [(500, 10.0), (1000, 3000.0)],
     })  # fmt: skip
@@ -825,11 +830,8 @@ def test_an_experiment_whose_every_run_diverged_is_scored_by_what_they_logged(tm
     episode in its final window. Each is still scored (its last eval; seed 3 its last return), and --against
     and --baseline take their means over runs that did not diverge."""
     runs = tmp_path / "runs"
+    write_stable_runs(runs)
     for seed in (1, 2, 3):
-        write_run(runs, f"{ENV}__stable__{seed}__100", {
-            "charts/episodic_return": [(500, 500.0), (1000, 1000.0 + seed)],
-            "eval/episodic_return": [(500, 500.0), (1000, 1000.0 + seed)],
-        })  # fmt: skip
         writer = SummaryWriter(str(runs / f"{ENV}__broken__{seed}__100"))
         writer.add_scalar("charts/episodic_return", 10.0 * seed, 100)
         writer.add_scalar("eval/episodic_return", 20.0 * seed, 400 if seed == 3 else 100)
