@@ -175,6 +175,11 @@ class PPOArgs:
 # staggered so that they do not all end together; a wider start and an entropy bonus that rewards the log-std
 # only up to 0 (its samples are clipped to the bounds). Chosen on DeepMind Control, then screened on MetaWorld.
 DMC_RECIPE = dict(stagger_episodes=True, init_log_std=0.0, ent_coef=0.01, ent_max_log_std=0.0)
+# DeepMind Control now: the recipe's staggered episodes and wider start, with CleanRL's RPO (the update sees the
+# policy's mean shifted by uniform noise in [-0.5, 0.5]) in place of the entropy bonus. Over the README's twelve
+# DeepMind Control tasks at 8M steps it beats the recipe, most where exploring is the task: HumanoidWalk gets up
+# in some seeds, where the recipe never did; the swing-ups and WalkerStand rise too.
+DMC_RPO = dict(stagger_episodes=True, init_log_std=0.0, rpo_alpha=0.5)
 # MyoSuite: a shorter horizon. Its tasks pay for reaching and holding a pose within episodes of 100-200 steps;
 # a discount of 0.95 (a horizon of about 20 steps) reached NPG's success on HandReach at 1M steps, where 0.99 had
 # barely begun, and lost nothing on the other three tasks (their returns level or higher).
@@ -187,7 +192,7 @@ PLAYGROUND_BRAX |= dict(gamma=0.97, hidden_sizes=(256, 256), clip_coef=0.3, max_
 # MetaWorld: DeepMind Control's recipe for its 500-step episodes, with the Brax settings above (their entropy
 # coefficient in place of the recipe's): with them PPO pushes and picks MetaWorld's puck, which it rarely did.
 FAMILY_DEFAULTS = {
-    "dmc": DMC_RECIPE,
+    "dmc": DMC_RPO,
     "metaworld": DMC_RECIPE | PLAYGROUND_BRAX,
     "myosuite": dict(gamma=0.95),
     "playground": PLAYGROUND_BRAX,
@@ -1582,7 +1587,10 @@ def check_args(args: Args) -> str | None:
     if args.target_kl is not None and not args.target_kl > 0:
         return f"--target-kl must be positive where given, got {args.target_kl}"
     if args.target_kl is not None and args.rpo_alpha > 0:  # it would stop at the noise's KL, not the update's
-        return "--target-kl excludes --rpo-alpha: the KL it reads holds RPO's random shift of the mean"
+        return (  # RPO is on by default on DeepMind Control
+            f"--target-kl excludes --rpo-alpha {args.rpo_alpha} (add --rpo-alpha 0): the KL it reads holds RPO's "
+            "random shift of the mean"
+        )
     # It names the run directory and the model file, which --resume and --evaluate find by a *.model glob.
     if not args.exp_name or "/" in args.exp_name or args.exp_name.startswith("."):
         return f"--exp-name must be a file name, not empty and without '/' or a leading '.', got {args.exp_name!r}"

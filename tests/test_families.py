@@ -206,8 +206,10 @@ def test_myosuite_random_tasks_start_each_episode_from_another_state():
     assert not np.array_equal(first_observations[0], first_observations[1])
 
 
-# The DeepMind Control recipe of docs/families.md, written out here rather than read from the table.
+# The DeepMind Control recipe of docs/families.md, written out here rather than read from the table: MetaWorld's
+# base, and DeepMind Control's own with CleanRL's RPO in place of the entropy bonus.
 DMC_RECIPE = {"stagger_episodes": True, "init_log_std": 0.0, "ent_coef": 0.01, "ent_max_log_std": 0.0}
+DMC_DEFAULTS = {"stagger_episodes": True, "init_log_std": 0.0, "rpo_alpha": 0.5}
 # MuJoCo Playground's Brax PPO settings for PandaPickCubeCartesian, from 64 environments (docs/families.md).
 PLAYGROUND_FLAGS = (
     "--num-steps 160 --num-minibatches 8 --update-epochs 8 --learning-rate 0.0005 --ent-coef 0.0075 "
@@ -233,7 +235,7 @@ def test_a_task_gets_its_familys_defaults_and_the_gym_defaults_elsewhere(env_id,
         expected.update(asdict(ppo.parse_args(["--env-id", "Hopper-v4", *PLAYGROUND_FLAGS.split()])[0]))
         expected["env_id"] = env_id
     if family == "dmc":
-        expected.update(DMC_RECIPE)
+        expected.update(DMC_DEFAULTS)
     if family == "metaworld":  # the recipe with the Brax settings' entropy coefficient
         expected.update({**DMC_RECIPE, "ent_coef": 0.0075})
     if family == "myosuite":
@@ -246,10 +248,10 @@ def test_a_task_gets_its_familys_defaults_and_the_gym_defaults_elsewhere(env_id,
 
 
 def test_a_flag_on_the_command_line_wins_over_its_familys_default():
-    args, _ = ppo.parse_args(["--env_id", "WalkerWalk-v1", "--no-stagger-episodes", "--ent-coef", "0.0"])
-    assert (args.stagger_episodes, args.ent_coef) == (False, 0.0)
-    assert (args.init_log_std, args.ent_max_log_std) == (0.0, 0.0)  # the others still the family's
-    assert ppo.family_defaults_line(args) == "family=dmc defaults: --init-log-std 0.0 --ent-max-log-std 0.0"
+    args, _ = ppo.parse_args(["--env_id", "WalkerWalk-v1", "--no-stagger-episodes", "--rpo-alpha", "0.0"])
+    assert (args.stagger_episodes, args.rpo_alpha) == (False, 0.0)
+    assert args.init_log_std == 0.0  # the other still the family's
+    assert ppo.family_defaults_line(args) == "family=dmc defaults: --init-log-std 0.0"
     args, _ = ppo.parse_args(["--env-id", "PandaPickCubeCartesian-v1", "--num-steps", "40"])
     assert args.num_steps == 40
     others = PLAYGROUND_FLAGS.removeprefix("--num-steps 160 ")
@@ -257,16 +259,16 @@ def test_a_flag_on_the_command_line_wins_over_its_familys_default():
 
 
 @pytest.mark.parametrize(
-    "env_id, ent_coef, gamma",
+    "env_id, ent_coef, gamma, rpo_alpha",
     [
-        ("CheetahRun-v1", "0.01", "0.99"),
-        ("MetaWorld/Reach-v3", "0.0075", "0.97"),
-        ("myoHandReachRandom-v0", "0.0", "0.95"),
-        ("Go1JoystickFlatTerrain-v1", "0.0075", "0.97"),
-        ("HalfCheetah-v4", "0.0", "0.99"),
+        ("CheetahRun-v1", "0.0", "0.99", "0.5"),
+        ("MetaWorld/Reach-v3", "0.0075", "0.97", "0.0"),
+        ("myoHandReachRandom-v0", "0.0", "0.95", "0.0"),
+        ("Go1JoystickFlatTerrain-v1", "0.0075", "0.97", "0.0"),
+        ("HalfCheetah-v4", "0.0", "0.99", "0.0"),
     ],
 )
-def test_help_shows_the_defaults_of_the_tasks_family(env_id, ent_coef, gamma):
+def test_help_shows_the_defaults_of_the_tasks_family(env_id, ent_coef, gamma, rpo_alpha):
     result = subprocess.run(
         [sys.executable, str(SCRIPT), "--env-id", env_id, "--help"],
         capture_output=True,
@@ -280,17 +282,19 @@ def test_help_shows_the_defaults_of_the_tasks_family(env_id, ent_coef, gamma):
         rf"--ent-coef FLOAT\s+coefficient of the entropy \(default: {re.escape(ent_coef)}\)", result.stdout
     )
     assert re.search(rf"--gamma FLOAT\s+the discount factor gamma \(default: {re.escape(gamma)}\)", result.stdout)
+    # RPO's help runs over lines: its default closes the first "(default: ...)" after the flag
+    assert re.search(r"--rpo-alpha FLOAT.*?\(default: ([^)]*)\)", result.stdout, re.DOTALL)[1] == rpo_alpha
 
 
 def test_a_run_records_its_effective_values_and_a_resumed_run_keeps_them(tmp_path):
-    cli_args = ["--env-id", "CartpoleSwingup-v1", *SMALL, "--total-timesteps", "1024", "--ent-coef", "0.02"]
+    cli_args = ["--env-id", "CartpoleSwingup-v1", *SMALL, "--total-timesteps", "1024", "--rpo-alpha", "0.2"]
     result = run_script(*cli_args, "--save-model", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     run_dir = only_run_dir(tmp_path)
     assert result.stdout.splitlines()[1] == (
-        "family=dmc defaults: --stagger-episodes --init-log-std 0.0 --ent-max-log-std 0.0"
+        "family=dmc defaults: --stagger-episodes --init-log-std 0.0"
     )
-    expected = {**DMC_RECIPE, "ent_coef": 0.02}
+    expected = {**DMC_DEFAULTS, "rpo_alpha": 0.2}
     logged = hyperparameters(read_events(run_dir))
     assert {name: logged[name] for name in expected} == {name: str(value) for name, value in expected.items()}
     saved = ppo.load_checkpoint(str(run_dir / MODEL_NAME))["args"]
